@@ -1,0 +1,38 @@
+# Two commands do all the set-up: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: run test lint typecheck check proto bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/keyshared standalone $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+check: lint typecheck
+
+test: $(STAMP) check
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+proto: $(STAMP)
+	$(PY) -m keyshared.protocol.regen
+
+bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) bench/run_e2e.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,172 @@
+"""Broker configuration: Pulsar's ``broker.conf`` key names and defaults.
+
+A setting can come from, in increasing precedence: the defaults here, a ``key=value`` file
+(``--config``), environment variables ``PULSAR_PREFIX_<key>`` (as Pulsar's container images
+accept), and command-line flags. Unknown keys are collected and reported, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "PULSAR_PREFIX_"
+
+
+class ConfigError(ValueError):
+    """A configuration value could not be parsed."""
+
+
+@dataclass(slots=True)
+class BrokerConfig:
+    """Every setting the broker honours, under Pulsar's ``broker.conf`` names."""
+
+    # --- listeners -----------------------------------------------------------------------
+    bindAddress: str = "0.0.0.0"
+    advertisedAddress: str = "127.0.0.1"
+    brokerServicePort: int = 6650
+    brokerServicePortTls: int = 0
+    webServicePort: int = 8080
+    webServicePortTls: int = 0
+    clusterName: str = "standalone"
+    # --- storage -------------------------------------------------------------------------
+    dataDir: str = "./data"
+    journalSyncData: bool = True
+    managedLedgerMaxEntriesPerLedger: int = 50000
+    managedLedgerMaxSizePerLedgerMbytes: int = 2048
+    managedLedgerCacheSizeMB: int = 256
+    managedLedgerMaxUnackedRangesToPersist: int = 10000
+    managedLedgerMaxUnackedRangesToPersistInMetadataStore: int = 1000
+    managedLedgerMaxBatchDeletedIndexToPersist: int = 10000
+    managedLedgerDefaultMarkDeleteRateLimit: float = 1.0
+    managedLedgerCursorPositionFlushSeconds: int = 60
+    acknowledgmentAtBatchIndexLevelEnabled: bool = True
+    # --- topics and messages -------------------------------------------------------------
+    allowAutoTopicCreation: bool = True
+    allowAutoTopicCreationType: str = "non-partitioned"
+    defaultNumPartitions: int = 1
+    maxMessageSize: int = 5 * 1024 * 1024
+    brokerDeduplicationEnabled: bool = False
+    defaultRetentionTimeInMinutes: int = 0
+    defaultRetentionSizeInMB: int = 0
+    ttlDurationDefaultInSeconds: int = 0
+    # --- dispatch ------------------------------------------------------------------------
+    dispatcherMaxReadBatchSize: int = 100
+    dispatcherMinReadBatchSize: int = 1
+    dispatcherRetryBackoffInitialTimeInMs: int = 1
+    dispatcherRetryBackoffMaxTimeInMs: int = 10
+    maxUnackedMessagesPerConsumer: int = 50000
+    maxUnackedMessagesPerSubscription: int = 200000
+    subscriptionRedeliveryTrackerEnabled: bool = True
+    subscriptionKeySharedUseConsistentHashing: bool = True
+    subscriptionKeySharedConsistentHashingReplicaPoints: int = 100
+    subscriptionKeySharedUseClassicPersistentImplementation: bool = False
+    keySharedLookAheadMsgInReplayThresholdPerConsumer: int = 2000
+    keySharedLookAheadMsgInReplayThresholdPerSubscription: int = 20000
+    keySharedUnblockingIntervalMs: int = 10
+    dispatcherPauseOnAckStatePersistentEnabled: bool = False
+    delayedDeliveryEnabled: bool = True
+    delayedDeliveryTickTimeMillis: int = 1000
+    activeConsumerFailoverDelayTimeMillis: int = 1000
+    # --- keepalive -----------------------------------------------------------------------
+    keepAliveIntervalSeconds: int = 30
+    # --- security ------------------------------------------------------------------------
+    authenticationEnabled: bool = False
+    authenticationProviders: str = ""
+    authorizationEnabled: bool = False
+    superUserRoles: str = ""
+    tokenSecretKey: str = ""
+    tokenPublicKey: str = ""
+    tlsCertificateFilePath: str = ""
+    tlsKeyFilePath: str = ""
+    tlsTrustCertsFilePath: str = ""
+    # --- stats ---------------------------------------------------------------------------
+    statsUpdateFrequencyInSecs: int = 60
+
+    unknown_keys: list[str] = field(default_factory=list)
+
+    @property
+    def max_frame_size(self) -> int:
+        """Largest frame accepted: ``maxMessageSize`` plus Pulsar's 10 KiB padding for headers."""
+        return self.maxMessageSize + 10 * 1024
+
+    def set(self, key: str, raw: str) -> bool:
+        """Set ``key`` from its text form. Returns False (and records it) when the key is unknown."""
+        fields = {f.name: f for f in dataclasses.fields(self) if f.name != "unknown_keys"}
+        f = fields.get(key)
+        if f is None:
+            if key not in self.unknown_keys:
+                self.unknown_keys.append(key)
+            return False
+        setattr(self, key, _parse(key, raw, getattr(self, key)))
+        return True
+
+    def update(self, values: Mapping[str, str]) -> None:
+        """Apply many ``key -> text`` settings."""
+        for key, raw in values.items():
+            self.set(key, raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (for the admin API)."""
+        d = dataclasses.asdict(self)
+        d.pop("unknown_keys", None)
+        return d
+
+
+def _parse(key: str, raw: str, current: object) -> object:
+    text = raw.strip()
+    try:
+        if isinstance(current, bool):
+            low = text.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: cannot parse {raw!r} as {type(current).__name__}") from exc
+    return text
+
+
+def read_conf_file(path: Path) -> dict[str, str]:
+    """Read a broker.conf-style file: ``key=value`` lines, ``#`` comments, blank lines."""
+    values: dict[str, str] = {}
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if "=" not in stripped:
+            raise ConfigError(f"{path}:{lineno}: expected key=value, got {stripped!r}")
+        key, _, value = stripped.partition("=")
+        values[key.strip()] = value.strip()
+    return values
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Settings given as ``PULSAR_PREFIX_<key>`` environment variables."""
+    env = os.environ if environ is None else environ
+    return {k[len(ENV_PREFIX) :]: v for k, v in env.items() if k.startswith(ENV_PREFIX)}
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> BrokerConfig:
+    """Build the configuration from defaults, a file, the environment and explicit overrides."""
+    cfg = BrokerConfig()
+    if path is not None:
+        cfg.update(read_conf_file(path))
+    cfg.update(env_overrides(environ))
+    if overrides:
+        cfg.update(overrides)
+    return cfg
