@@ -1,0 +1,241 @@
+"""Incremental frame decoder: feed it bytes as they arrive, take complete frames out.
+
+Wire layout (all header integers big-endian)::
+
+    totalSize:4  cmdSize:4  BaseCommand:cmdSize
+    [ 0x0E02 brokerEntryMetadataSize:4 BrokerEntryMetadata ]   optional, broker to client only
+    [ 0x0E01 crc32c:4 ]                                         optional
+    metadataSize:4  MessageMetadata  payload                    payload commands only
+
+``totalSize`` counts every byte after itself. A frame is a payload command when ``totalSize``
+exceeds ``4 + cmdSize``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import cast
+
+from google.protobuf.message import DecodeError
+
+from keyshared.protocol import pulsar_api_pb2 as pb
+from keyshared.protocol.checksum import Bytes, crc32c
+from keyshared.protocol.constants import MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C
+from keyshared.protocol.errors import FrameTooLarge, MalformedFrame, ProtocolError
+from keyshared.protocol.validate import has_string_fields, invalid_string_field
+
+_U32 = struct.Struct(">I")
+_MAGIC_U32 = struct.Struct(">HI")
+
+# Compacting the buffer costs a memmove of what is left; doing it only once the consumed prefix
+# is large keeps the cost linear in the bytes received.
+_COMPACT_AT = 64 * 1024
+
+_BaseCommand = pb.BaseCommand
+_FIELD_BY_TYPE: dict[int, str] = {
+    value.number: _BaseCommand.DESCRIPTOR.fields_by_number[value.number].name
+    for value in _BaseCommand.DESCRIPTOR.enum_types_by_name["Type"].values
+}
+# PING and PONG carry an empty sub-message that a peer may leave out entirely.
+_SUB_MESSAGE_OPTIONAL = frozenset({pb.BaseCommand.PING, pb.BaseCommand.PONG})
+# Commands that are meaningless without a payload section.
+_PAYLOAD_REQUIRED = frozenset({pb.BaseCommand.SEND, pb.BaseCommand.MESSAGE})
+# Commands whose sub-message can carry strings, to be checked for valid UTF-8.
+_HAS_STRINGS = frozenset(
+    ctype for ctype, name in _FIELD_BY_TYPE.items() if has_string_fields(_BaseCommand(), name)
+)
+
+
+@dataclass(slots=True)
+class Frame:
+    """One decoded frame.
+
+    ``payload`` is set for payload commands (SEND, MESSAGE): the bytes after the optional
+    broker-entry-metadata and magic+checksum, i.e. metadataSize + MessageMetadata + payload,
+    exactly the bytes the sender checksummed. ``checksum`` is the CRC32C found on the wire (None
+    if the frame had none) and ``checksum_ok`` whether it matched; a frame without a checksum is
+    ``checksum_ok``.
+    """
+
+    command: pb.BaseCommand
+    payload: bytes | None = None
+    checksum: int | None = None
+    checksum_ok: bool = True
+
+    @property
+    def type(self) -> int:
+        """The command type (a ``pb.BaseCommand.Type`` value)."""
+        return self.command.type
+
+
+class FrameDecoder:
+    """Sans-IO decoder of a byte stream into :class:`Frame` objects.
+
+    Call :meth:`feed` with whatever arrived, then :meth:`next_frame` until it returns None (or
+    iterate the decoder). A frame whose header announces more than ``max_frame_size`` bytes raises
+    :class:`FrameTooLarge` as soon as its 4-byte header is buffered, before the body is; other
+    bad input raises :class:`MalformedFrame`. After either error the decoder is unusable: every
+    later call raises the same error, and the connection should be closed. A wrong CRC32C is not
+    an error here: the frame comes back with ``checksum_ok=False`` so the server can answer
+    SEND_ERROR ChecksumError and keep the connection, as Pulsar does.
+    """
+
+    __slots__ = ("_buf", "_error", "_frame_len", "_pos", "max_frame_size")
+
+    def __init__(self, max_frame_size: int) -> None:
+        if max_frame_size < 8:
+            raise ValueError("max_frame_size must leave room for a command")
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._pos = 0
+        # totalSize of the frame at _pos once its header was read, else -1; cached so that a big
+        # frame arriving in many small chunks costs O(chunk) per feed.
+        self._frame_len = -1
+        self._error: ProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def feed(self, data: Bytes) -> None:
+        """Append received bytes. Raises :class:`FrameTooLarge` early for an oversized header."""
+        if self._error is not None:
+            raise self._error
+        buf = self._buf
+        pos = self._pos
+        if pos:
+            if pos == len(buf):
+                buf.clear()
+                self._pos = 0
+            elif pos >= _COMPACT_AT:
+                del buf[:pos]
+                self._pos = 0
+        buf += data
+        if self._frame_len < 0 and len(buf) - self._pos >= 4:
+            self._read_header()
+
+    def next_frame(self) -> Frame | None:
+        """The next complete frame, or None if more bytes are needed."""
+        if self._error is not None:
+            raise self._error
+        frame_len = self._frame_len
+        if frame_len < 0:
+            if len(self._buf) - self._pos < 4:
+                return None
+            frame_len = self._read_header()
+        start = self._pos + 4
+        end = start + frame_len
+        if len(self._buf) < end:
+            return None
+        self._pos = end
+        self._frame_len = -1
+        try:
+            return self._decode(start, end)
+        except ProtocolError as exc:
+            self._error = exc
+            raise
+
+    def __iter__(self) -> Iterator[Frame]:
+        """Yield every complete frame buffered so far."""
+        while (frame := self.next_frame()) is not None:
+            yield frame
+
+    def _read_header(self) -> int:
+        frame_len: int = _U32.unpack_from(self._buf, self._pos)[0]
+        if frame_len > self.max_frame_size:
+            self._error = FrameTooLarge(
+                f"frame of {frame_len} bytes exceeds the limit of {self.max_frame_size}"
+            )
+            raise self._error
+        if frame_len < 4:
+            self._error = MalformedFrame(f"frame size {frame_len} leaves no room for cmdSize")
+            raise self._error
+        self._frame_len = frame_len
+        return frame_len
+
+    def _decode(self, start: int, end: int) -> Frame:
+        buf = self._buf
+        (cmd_size,) = _U32.unpack_from(buf, start)
+        cmd_start = start + 4
+        cmd_end = cmd_start + cmd_size
+        if cmd_end > end:
+            raise MalformedFrame(
+                f"command size {cmd_size} exceeds the frame's {end - cmd_start} remaining bytes"
+            )
+        command = _BaseCommand()
+        # Temporary memoryview slices die right after use, so the bytearray is never left with a
+        # live export (which would make the next resize raise BufferError).
+        with memoryview(buf) as view:
+            try:
+                # upb parses any buffer; the stub only admits bytes.
+                command.ParseFromString(cast(bytes, view[cmd_start:cmd_end]))
+            except DecodeError as exc:
+                raise MalformedFrame(f"unparseable command: {exc}") from None
+            _check_command(command, buf, cmd_start, cmd_end)
+            if cmd_end == end:
+                if command.type in _PAYLOAD_REQUIRED:
+                    raise MalformedFrame(f"{_type_name(command.type)} without a payload")
+                return Frame(command)
+            pos = cmd_end
+            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_BROKER_ENTRY_METADATA:
+                if end - pos < 6:
+                    raise MalformedFrame("truncated broker entry metadata header")
+                (_, bem_size) = _MAGIC_U32.unpack_from(buf, pos)
+                pos += 6 + bem_size
+                if pos > end:
+                    raise MalformedFrame("broker entry metadata runs past the end of the frame")
+            checksum: int | None = None
+            checksum_ok = True
+            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_CRC32C:
+                if end - pos < 6:
+                    raise MalformedFrame("truncated checksum")
+                (_, checksum) = _MAGIC_U32.unpack_from(buf, pos)
+                pos += 6
+                checksum_ok = crc32c(view[pos:end]) == checksum
+            payload = bytes(view[pos:end])
+        return Frame(command, payload, checksum, checksum_ok)
+
+
+def _check_command(command: pb.BaseCommand, buf: bytearray, start: int, end: int) -> None:
+    if not command.IsInitialized():
+        missing: list[str] = command.FindInitializationErrors()  # type: ignore[attr-defined]
+        if "type" in missing:
+            raw = _peek_type(buf, start, end)
+            if raw is None:
+                raise MalformedFrame("command has no type")
+            raise MalformedFrame(f"unknown command type {raw}")
+        raise MalformedFrame(
+            f"{_type_name(command.type)} is missing required fields: {', '.join(missing)}"
+        )
+    ctype = command.type
+    field = _FIELD_BY_TYPE[ctype]
+    if ctype not in _SUB_MESSAGE_OPTIONAL and not command.HasField(field):
+        raise MalformedFrame(f"{_type_name(ctype)} without its {field} field")
+    if ctype in _HAS_STRINGS:
+        bad = invalid_string_field(getattr(command, field))
+        if bad is not None:
+            raise MalformedFrame(f"{_type_name(ctype)} field {bad} is not valid UTF-8")
+
+
+def _peek_type(buf: bytearray, start: int, end: int) -> int | None:
+    """The raw varint of field 1 if the command starts with it (for error messages only)."""
+    if start >= end or buf[start] != 0x08:
+        return None
+    value = shift = 0
+    for pos in range(start + 1, min(end, start + 11)):
+        byte = buf[pos]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    return None
+
+
+def _type_name(ctype: int) -> str:
+    try:
+        return pb.BaseCommand.Type.Name(ctype)
+    except ValueError:
+        return f"command type {ctype}"
