@@ -1,0 +1,250 @@
+"""The group-commit writer: one background thread writes and syncs appends for every ledger.
+
+Like BookKeeper's journal, the thread takes everything queued since its last round (a *group*),
+writes each touched segment's records with ``pwritev`` (header and data as separate buffers, no
+copy), appends their offsets to the segment's index, calls ``fdatasync`` once per touched file
+(when ``sync_data`` is on), and then completes the whole group on the event loop with a single
+``call_soon_threadsafe``. While one group syncs the next one accumulates, so the number of syncs
+per second stays bounded by the disk's sync latency, not by the append rate.
+
+Ordering: the queue is FIFO and there is one thread, so appends complete in submission order,
+per segment and across segments (a ledger rolled over completes before its successor).
+
+The syscalls are module-level names (``_pwritev``, ``_fdatasync``, ``_fsync``) so tests can
+count or fail them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from array import array
+from collections.abc import Callable
+from typing import TypeAlias, TypeVar
+
+from keyshared.storage.errors import StorageError
+from keyshared.storage.segment import HEADER, Segment, offsets_to_bytes
+
+log = logging.getLogger(__name__)
+
+_pwritev = os.pwritev
+_pwrite = os.pwrite
+_write = os.write
+_fdatasync = os.fdatasync
+_fsync = os.fsync
+
+_IOV_MAX = 1024
+_T = TypeVar("_T")
+
+# (segment, offset, data, crc, future): a tuple is the cheapest record to build per append.
+_Item: TypeAlias = tuple[Segment, int, bytes, int, "asyncio.Future[None]"]
+_Groups: TypeAlias = dict[Segment, list[_Item]]
+
+
+class Journal:
+    """The writer thread shared by all ledgers of one storage."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, sync_data: bool = True) -> None:
+        self._loop = loop
+        self._sync = sync_data
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[_Item] = []
+        self._idle = False
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="keyshared-journal", daemon=True)
+        self._exited: asyncio.Future[None] = loop.create_future()
+        # Counters, written by the writer thread only; read them for stats and tests.
+        self.groups = 0
+        self.appends = 0
+        self.syncs = 0
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The loop on which appends complete."""
+        return self._loop
+
+    @property
+    def sync_data(self) -> bool:
+        """Whether appends are fdatasync'ed before they complete."""
+        return self._sync
+
+    def start(self) -> None:
+        """Start the writer thread."""
+        self._thread.start()
+
+    def submit(self, segment: Segment, data: bytes, crc: int) -> asyncio.Future[None]:
+        """Queue one record for ``segment``; call on the loop.
+
+        Reserves the record's offset now (so the entry id is ``segment.count - 1`` on return).
+        The future completes once the record is written, and synced under the policy, or fails
+        with :class:`StorageError`.
+        """
+        if self._closing:
+            raise StorageError("journal is closed")
+        fut: asyncio.Future[None] = self._loop.create_future()
+        offset = segment.reserve(len(data))
+        segment.users += 1
+        item = (segment, offset, data, crc, fut)
+        with self._cond:
+            self._queue.append(item)
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+        return fut
+
+    async def close(self) -> None:
+        """Write and complete everything queued, then stop the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread.ident is None:  # never started
+            return
+        await self._exited
+        self._thread.join()
+
+    # --- writer thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._queue and not self._closing:
+                        self._idle = True
+                        self._cond.wait()
+                    self._idle = False
+                    batch = self._queue
+                    self._queue = []
+                if batch:
+                    self._process(batch)
+                elif self._closing:
+                    break
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is already closed
+                self._loop.call_soon_threadsafe(_set_done, self._exited)
+
+    def _process(self, batch: list[_Item]) -> None:
+        groups: _Groups = {}
+        for item in batch:
+            items = groups.get(item[0])
+            if items is None:
+                groups[item[0]] = [item]
+            else:
+                items.append(item)
+        failures: dict[Segment, BaseException] = {}
+        for seg, items in groups.items():
+            if seg.failed is not None:
+                failures[seg] = seg.failed
+                continue
+            try:
+                _write_records(seg, items)
+            except OSError as exc:
+                log.error("ledger %d: write failed: %s", seg.ledger_id, exc)
+                seg.failed = exc
+                failures[seg] = exc
+        if self._sync:
+            for seg in groups:
+                if seg in failures:
+                    continue
+                try:
+                    if seg.needs_dir_sync:
+                        _sync_directory(seg)
+                    _fdatasync(seg.fd)
+                    self.syncs += 1
+                except OSError as exc:
+                    log.error("ledger %d: sync failed: %s", seg.ledger_id, exc)
+                    seg.failed = exc
+                    failures[seg] = exc
+        self.groups += 1
+        self.appends += len(batch)
+        try:
+            self._loop.call_soon_threadsafe(_complete, groups, failures)
+        except RuntimeError:
+            log.error("journal: event loop closed, %d appends left unconfirmed", len(batch))
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _write_records(seg: Segment, items: list[_Item]) -> None:
+    pack = HEADER.pack
+    bufs: list[bytes | memoryview] = []
+    add = bufs.append
+    for _, _, data, crc, _ in items:
+        add(pack(len(data), crc))
+        add(data)
+    _pwritev_all(seg.fd, bufs, items[0][1])
+    if seg.index_fd >= 0:
+        index = array("Q", [item[1] for item in items])
+        view = memoryview(offsets_to_bytes(index))
+        while view:
+            view = view[_write(seg.index_fd, view) :]
+
+
+def _pwritev_all(fd: int, bufs: list[bytes | memoryview], offset: int) -> None:
+    """Write all of ``bufs`` at ``offset``, in IOV_MAX-sized calls, resuming partial writes."""
+    i = 0
+    while i < len(bufs):
+        chunk = bufs[i : i + _IOV_MAX]
+        written = _pwritev(fd, chunk, offset)
+        offset += written
+        total = sum(map(len, chunk))
+        if written == total:
+            i += len(chunk)
+            continue
+        if written <= 0:
+            raise OSError(f"pwritev wrote {written} of {total} bytes")
+        # Partial write: drop the buffers written in full, cut the one written in part.
+        k = 0
+        while written >= len(chunk[k]):
+            written -= len(chunk[k])
+            k += 1
+        rest: list[bytes | memoryview] = [memoryview(chunk[k])[written:]]
+        bufs = rest + chunk[k + 1 :] + bufs[i + len(chunk) :]
+        i = 0
+
+
+def _sync_directory(seg: Segment) -> None:
+    """Make a new segment's directory entry durable (once, before its first confirmation)."""
+    dfd = os.open(seg.directory, os.O_RDONLY)
+    try:
+        _fsync(dfd)
+    finally:
+        os.close(dfd)
+    seg.needs_dir_sync = False
+
+
+def _complete(groups: _Groups, failures: dict[Segment, BaseException]) -> None:
+    """On the loop: advance each segment, notify its owner once, then resolve the futures."""
+    for seg, items in groups.items():
+        n = len(items)
+        exc = failures.get(seg)
+        if exc is None:
+            seg.durable += n
+            if seg.on_durable is not None:
+                _guarded(seg.on_durable, seg.durable, n)
+            for item in items:
+                fut = item[4]
+                if not fut.done():
+                    fut.set_result(None)
+        else:
+            err = StorageError(f"append to ledger {seg.ledger_id} failed: {exc}")
+            if seg.on_failed is not None:
+                _guarded(seg.on_failed, err, n)
+            for item in items:
+                fut = item[4]
+                if not fut.done():
+                    fut.set_exception(err)
+        seg.release(n)
+
+
+def _guarded(cb: Callable[[_T, int], None], arg: _T, n: int) -> None:
+    # An owner's bug must not leave producers' futures unresolved.
+    try:
+        cb(arg, n)
+    except Exception:
+        log.exception("storage completion callback failed")
