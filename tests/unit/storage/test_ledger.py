@@ -367,7 +367,7 @@ def test_trim_deletes_whole_ledgers_before_position(tmp_path: Path) -> None:
         await st.close()
         st = storage(tmp_path, max_entries_per_ledger=5).open()
         ml = st.open_managed_ledger("t")
-        assert [info.ledger_id for info in ml.ledgers][0] == ids[4]
+        assert ml.ledgers[0].ledger_id == ids[4]
         assert [e.position for e in await all_entries(ml)] == positions[20:]
         await st.close()
 
@@ -452,7 +452,7 @@ def test_write_failure_fails_appends_and_moves_to_a_new_ledger(
         good = await fill(ml, 3)
         first_ledger = ml.current_ledger_id
         fail["on"] = True
-        pos, fut = ml.add_entry(b"lost")
+        _, fut = ml.add_entry(b"lost")
         with pytest.raises(StorageError):
             await fut
         fail["on"] = False
