@@ -1,0 +1,257 @@
+"""One measurement at a time: start-up, a throughput run, a latency run.
+
+Every run starts a fresh broker in a fresh directory and stops it afterwards, so brokers never
+run at the same time and never inherit each other's data or background work.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import brokers
+from .pool import WorkerError, WorkerPool
+from .workers import ConsumeSpec, LatencySpec, ProduceSpec, time_first_producer
+from .workloads import KEY_SPACE, Workload
+
+READY_TIMEOUT_S = 30.0
+FIRST_RECEIVE_TIMEOUT_MS = 30_000
+ABORT_GRACE_S = 5.0
+DUPLICATE_GRACE_MS = 300
+CONSUMER_INDEX = 0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Knobs shared by every run of one invocation."""
+
+    batch_delay_ms: int = 5
+    max_pending: int = 10_000
+    receiver_queue_size: int = 1000
+    latency_rate: float = 1000.0
+    latency_duration_s: float = 5.0
+    latency_warmup_s: float = 0.5
+    # A consumer that gets nothing for this long declares the rest of the messages missing.
+    idle_timeout_ms: int = 10_000
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded."""
+    return [round(value, 2) for value in os.getloadavg()]
+
+
+def _topic(prefix: str) -> str:
+    return f"persistent://public/default/{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def measure_startup(name: str, scratch: Path) -> dict[str, float]:
+    """Start ``name`` once; seconds from ``Popen`` to TCP listening and to a created producer."""
+    broker = brokers.start(name, scratch)
+    try:
+        producer_at = time_first_producer(broker.url, _topic("startup"))
+        return {"listen_s": broker.listen_s, "producer_s": producer_at - broker.popen_at}
+    finally:
+        brokers.stop(broker)
+
+
+def _run_deadline_s(workload: Workload, settings: Settings) -> float:
+    # Generous: the slowest combination seen on the peer is ~3k msg/s; this only bounds hangs.
+    return 30.0 + settings.idle_timeout_ms / 1000 + workload.messages / 500.0
+
+
+def throughput_run(
+    pool: WorkerPool, name: str, workload: Workload, settings: Settings, scratch: Path
+) -> dict[str, Any]:
+    """One run of ``workload`` against a fresh ``name`` broker; returns every figure.
+
+    Each worker's answer is collected on its own, so a stalled consumer still leaves the
+    producers' figures; ``errors`` lists what went wrong. When the consumer reports a stall,
+    the broker is stopped at once and the producers are told to give up, so a stuck broker
+    costs the consumer's idle timeout and not the client's send timeout.
+    """
+    record: dict[str, Any] = {"broker": name, "loadavg_before": load_average()}
+    broker = brokers.start(name, scratch)
+    record["listen_s"] = broker.listen_s
+    cpu_before = broker.cpu_seconds()
+    topic = _topic("e2e")
+    with_consumer = workload.subscription != "none"
+    slots = list(range(1, workload.producers + 1))
+    errors: list[str] = []
+    produced: list[dict[str, Any]] = []
+    consumed: dict[str, Any] | None = None
+    restart = False
+    stopped = False
+
+    def stop_broker() -> None:
+        nonlocal stopped
+        if not stopped:
+            record["broker_cpu_s"] = broker.cpu_seconds() - cpu_before
+            record["broker_exit"] = brokers.stop(broker)
+            stopped = True
+
+    try:
+        if with_consumer:
+            spec = _consume_spec(broker.url, topic, workload, settings)
+            pool.send(CONSUMER_INDEX, "consume", spec)
+            # The subscription must exist before the first message is produced.
+            pool.expect(CONSUMER_INDEX, "ready", READY_TIMEOUT_S)
+        share = workload.messages // workload.producers
+        for n, slot in enumerate(slots):
+            pool.send(
+                slot, "produce", _produce_spec(broker.url, topic, workload, settings, n * share)
+            )
+        for slot in slots:
+            pool.expect(slot, "ready", READY_TIMEOUT_S)
+        for slot in slots:
+            pool.send(slot, "go")
+        deadline = time.perf_counter() + _run_deadline_s(workload, settings)
+        give_up = False
+        if with_consumer:
+            try:
+                consumed = pool.expect(CONSUMER_INDEX, "result", _left(deadline))
+            except WorkerError as error:
+                errors.append(str(error))
+                restart = True
+            give_up = consumed is None or consumed["missing"] > 0
+        for slot in slots:
+            if give_up:
+                stop_broker()
+                for other in slots:
+                    if not pool.answered(other):
+                        pool.send(other, "abort")
+            try:
+                timeout = ABORT_GRACE_S if give_up else _left(deadline)
+                produced.append(pool.expect(slot, "result", timeout))
+            except WorkerError as error:
+                errors.append(str(error))
+                restart = True
+                give_up = True
+    except BaseException:
+        restart = True
+        raise
+    finally:
+        stop_broker()
+        if restart:
+            # Workers may be stuck mid-run against the broker we just stopped: start clean.
+            pool.restart()
+    if errors:
+        record["errors"] = errors
+    if len(produced) < len(slots) or (with_consumer and consumed is None):
+        record["error"] = "; ".join(e.strip().splitlines()[-1] for e in errors) or "no result"
+    record.update(_throughput_figures(workload, produced, consumed))
+    return record
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.perf_counter(), 1.0)
+
+
+def _consume_spec(url: str, topic: str, workload: Workload, settings: Settings) -> ConsumeSpec:
+    return ConsumeSpec(
+        url=url,
+        topic=topic,
+        subscription="bench",
+        key_shared=workload.subscription == "key_shared",
+        expected=workload.messages,
+        idle_timeout_ms=settings.idle_timeout_ms,
+        first_timeout_ms=FIRST_RECEIVE_TIMEOUT_MS,
+        grace_ms=DUPLICATE_GRACE_MS,
+        receiver_queue_size=settings.receiver_queue_size,
+    )
+
+
+def _produce_spec(
+    url: str, topic: str, workload: Workload, settings: Settings, first_seq: int
+) -> ProduceSpec:
+    return ProduceSpec(
+        url=url,
+        topic=topic,
+        first_seq=first_seq,
+        count=workload.messages // workload.producers,
+        size=workload.size,
+        batching=workload.batching,
+        key_based=workload.key_based_batching,
+        batch_delay_ms=settings.batch_delay_ms,
+        max_pending=settings.max_pending,
+        key_space=KEY_SPACE,
+    )
+
+
+def _throughput_figures(
+    workload: Workload, produced: list[dict[str, Any]], consumed: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Rates only for what completed: a stalled run reports counts, not a misleading rate."""
+    figures: dict[str, Any] = {"messages": workload.messages}
+    acked = sum(p["acked"] for p in produced)
+    failed = sum(p["failed"] for p in produced)
+    figures.update({"acked": acked, "send_failed": failed})
+    produce_complete = acked == workload.messages and failed == 0
+    first_send = min((p["first_send"] for p in produced), default=0.0)
+    if produce_complete:
+        last_ack = max(p["last_ack"] for p in produced)
+        figures["produce_s"] = last_ack - first_send
+        figures["produce_msg_s"] = acked / (last_ack - first_send)
+        figures["per_producer_msg_s"] = [
+            p["acked"] / (p["last_ack"] - p["first_send"]) for p in produced
+        ]
+    exact = produce_complete
+    rate = figures.get("produce_msg_s")
+    if consumed is not None:
+        figures.update(
+            {
+                "received": consumed["received"],
+                "duplicates": consumed["duplicates"],
+                "missing": consumed["missing"],
+                "foreign": consumed["foreign"],
+                "consumer_timed_out": consumed["timed_out"],
+            }
+        )
+        if consumed["missing"] == 0 and produced:
+            elapsed = consumed["last_receive"] - first_send
+            figures["e2e_s"] = elapsed
+            figures["e2e_msg_s"] = workload.messages / elapsed
+        rate = figures.get("e2e_msg_s")
+        exact = exact and consumed["missing"] == 0 and consumed["duplicates"] == 0
+        exact = exact and consumed["foreign"] == 0
+    if rate is not None:
+        figures["mb_s"] = rate * workload.size / 1_000_000
+    figures["complete"] = rate is not None
+    figures["exact"] = exact
+    return figures
+
+
+def latency_run(
+    pool: WorkerPool, name: str, size: int, settings: Settings, scratch: Path
+) -> dict[str, Any]:
+    """One paced-publish latency run against a fresh ``name`` broker."""
+    record: dict[str, Any] = {"broker": name, "size": size, "loadavg_before": load_average()}
+    broker = brokers.start(name, scratch)
+    slot = 1
+    try:
+        pool.send(
+            slot,
+            "latency",
+            LatencySpec(
+                url=broker.url,
+                topic=_topic("latency"),
+                size=size,
+                rate=settings.latency_rate,
+                duration_s=settings.latency_duration_s,
+                warmup_s=settings.latency_warmup_s,
+                key_space=KEY_SPACE,
+            ),
+        )
+        pool.expect(slot, "ready", READY_TIMEOUT_S)
+        pool.send(slot, "go")
+        timeout = settings.latency_duration_s + settings.latency_warmup_s + 60.0
+        record.update(pool.expect(slot, "result", timeout))
+    except BaseException:
+        pool.restart()
+        raise
+    finally:
+        record["broker_exit"] = brokers.stop(broker)
+    return record

@@ -1,0 +1,92 @@
+"""The benchmark matrix: which configurations run, with how many messages."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+Subscription = Literal["exclusive", "key_shared", "none"]
+
+SIZES = (100, 1024)
+PRODUCER_COUNTS = (1, 4)
+KEY_SPACE = 10_000
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One throughput configuration; ``subscription == "none"`` means produce only."""
+
+    size: int
+    batching: bool
+    producers: int
+    subscription: Subscription
+    messages: int
+
+    @property
+    def key_based_batching(self) -> bool:
+        """Key_Shared consumers get key-based batches, as Pulsar recommends for them."""
+        return self.batching and self.subscription == "key_shared"
+
+    @property
+    def name(self) -> str:
+        """A stable, human-readable identifier used in JSON and tables."""
+        if self.batching:
+            batching = "batch-keybased" if self.key_based_batching else "batch"
+        else:
+            batching = "nobatch"
+        kind = "produce" if self.subscription == "none" else f"e2e-{self.subscription}"
+        return f"{kind}/{self.size}B/{batching}/{self.producers}p"
+
+    def as_dict(self) -> dict[str, object]:
+        """The configuration as plain JSON-ready data, with its name."""
+        data: dict[str, object] = {"name": self.name, **asdict(self)}
+        data["key_based_batching"] = self.key_based_batching
+        return data
+
+
+@dataclass(frozen=True)
+class MessageBudget:
+    """How many messages one run sends, by payload size and batching."""
+
+    batched_small: int
+    batched_large: int
+    unbatched_small: int
+    unbatched_large: int
+
+    def messages(self, size: int, batching: bool, producers: int) -> int:
+        """Messages for one run, rounded down to a multiple of ``producers``."""
+        if batching:
+            total = self.batched_small if size <= 100 else self.batched_large
+        else:
+            total = self.unbatched_small if size <= 100 else self.unbatched_large
+        return total - total % producers
+
+
+FULL_BUDGET = MessageBudget(
+    batched_small=200_000, batched_large=100_000, unbatched_small=50_000, unbatched_large=50_000
+)
+QUICK_BUDGET = MessageBudget(
+    batched_small=20_000, batched_large=20_000, unbatched_small=10_000, unbatched_large=10_000
+)
+
+
+def matrix(budget: MessageBudget, include_produce_only: bool = True) -> list[Workload]:
+    """Every configuration of the issue's matrix, end-to-end first, then produce-only."""
+    subscriptions: list[Subscription] = ["exclusive", "key_shared"]
+    if include_produce_only:
+        subscriptions.append("none")
+    workloads: list[Workload] = []
+    for subscription in subscriptions:
+        for batching in (True, False):
+            for size in SIZES:
+                for producers in PRODUCER_COUNTS:
+                    workloads.append(
+                        Workload(
+                            size=size,
+                            batching=batching,
+                            producers=producers,
+                            subscription=subscription,
+                            messages=budget.messages(size, batching, producers),
+                        )
+                    )
+    return workloads
