@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 from array import array
+from collections import deque
 from collections.abc import Callable
 from typing import TypeAlias, TypeVar
 
@@ -51,7 +52,8 @@ class Journal:
         self._loop = loop
         self._sync = sync_data
         self._cond = threading.Condition(threading.Lock())
-        self._queue: list[_Item] = []
+        # deque.append and popleft are atomic: submit takes the lock only to wake an idle writer.
+        self._queue: deque[_Item] = deque()
         self._idle = False
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="keyshared-journal", daemon=True)
@@ -87,11 +89,11 @@ class Journal:
         fut: asyncio.Future[None] = self._loop.create_future()
         offset = segment.reserve(len(data))
         segment.users += 1
-        item = (segment, offset, data, crc, fut)
-        with self._cond:
-            self._queue.append(item)
-            if self._idle:
-                self._idle = False
+        self._queue.append((segment, offset, data, crc, fut))
+        # The writer sets _idle (under the lock) before its last look at the queue, so either it
+        # sees this item or we see _idle and wake it.
+        if self._idle:
+            with self._cond:
                 self._cond.notify()
         return fut
 
@@ -108,17 +110,18 @@ class Journal:
     # --- writer thread ---------------------------------------------------------------------
 
     def _run(self) -> None:
+        queue = self._queue
         try:
             while True:
-                with self._cond:
-                    while not self._queue and not self._closing:
+                if not queue:
+                    with self._cond:
                         self._idle = True
-                        self._cond.wait()
-                    self._idle = False
-                    batch = self._queue
-                    self._queue = []
-                if batch:
-                    self._process(batch)
+                        while not queue and not self._closing:
+                            self._cond.wait()
+                        self._idle = False
+                n = len(queue)
+                if n:
+                    self._process([queue.popleft() for _ in range(n)])
                 elif self._closing:
                     break
         finally:

@@ -140,22 +140,34 @@ class ManagedLedger:
         raw = ctx.metadata.get(metadata_key(name))
         ledgers: list[_Ledger] = []
         empty: list[int] = []
-        for ledger_id, entries, size in orjson.loads(raw)["ledgers"] if raw else []:
-            if entries is None:
-                seg = Segment.open(ctx.directory, ledger_id, sync=ctx.config.journal_sync_data)
-                entries = seg.count
-                size = seg.data_size(0, entries)
-                if entries == 0:
-                    seg.close()
+        recovered: list[Segment] = []
+        try:
+            for ledger_id, entries, size in orjson.loads(raw)["ledgers"] if raw else []:
+                if entries is None:
+                    seg = Segment.open(ctx.directory, ledger_id, sync=ctx.config.journal_sync_data)
+                    recovered.append(seg)
+                    entries = seg.count
+                    size = seg.data_size(0, entries)
+                    if entries == 0:
+                        empty.append(ledger_id)
+                        continue
+                elif entries == 0:
                     empty.append(ledger_id)
                     continue
+                ledgers.append(_Ledger(ledger_id, entries, size, _State.CLOSED))
+            ml = cls(name, ctx, ledgers)
+            ml._start_ledger(())
+        except BaseException as exc:
+            for seg in recovered:
+                seg.close()
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot open managed ledger {name}: {exc}") from exc
+            raise
+        for seg in recovered:
+            if seg.count == 0:
+                seg.close()
+            else:
                 ctx.segments.add(seg)
-            elif entries == 0:
-                empty.append(ledger_id)
-                continue
-            ledgers.append(_Ledger(ledger_id, entries, size, _State.CLOSED))
-        ml = cls(name, ctx, ledgers)
-        ml._start_ledger(())
         for ledger_id in empty:
             _unlink_ledger_files(ctx.directory, ledger_id)
         ml._lac = ml._compute_lac()
