@@ -59,6 +59,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-produce-only", action="store_true", help="skip the produce-only workloads"
     )
     parser.add_argument(
+        "--key-shared-batching",
+        choices=("keybased", "default"),
+        default="keybased",
+        help="batching type of batched Key_Shared runs (default keybased)",
+    )
+    parser.add_argument(
         "--batch-delay-ms", type=int, default=5, help="batching_max_publish_delay_ms"
     )
     parser.add_argument("--latency-seconds", type=float, default=None, help="paced run length")
@@ -117,7 +123,7 @@ def _log(message: str) -> None:
 
 def _describe(run: dict[str, Any]) -> str:
     if "error" in run:
-        return f"ERROR {run['error'].strip().splitlines()[-1]}"
+        return f"ERROR {run['error'].strip().splitlines()[0]}"
     parts = [f"load {run['loadavg_before'][0]:.2f}"]
     if "e2e_msg_s" in run:
         parts.append(f"e2e {run['e2e_msg_s']:,.0f} msg/s")
@@ -239,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     budget = QUICK_BUDGET if args.quick else FULL_BUDGET
-    workloads = [w for w in matrix(budget, not args.no_produce_only) if args.only in w.name]
+    key_based = args.key_shared_batching == "keybased"
+    workloads = [
+        w for w in matrix(budget, not args.no_produce_only, key_based) if args.only in w.name
+    ]
     latency_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
     settings = runner.Settings(
         batch_delay_ms=args.batch_delay_ms,
@@ -285,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "settings": {
             "batch_delay_ms": settings.batch_delay_ms,
+            "key_shared_batching": args.key_shared_batching,
             "max_pending_messages": settings.max_pending,
             "receiver_queue_size": settings.receiver_queue_size,
             "latency_rate": settings.latency_rate,

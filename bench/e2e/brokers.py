@@ -26,6 +26,8 @@ STOP_TIMEOUT_S = 10.0
 
 BROKER_NAMES = ("keyshared", "pulsar-lite")
 
+_KEYSHARED_BINDS: bool | None = None
+
 
 class BrokerStartError(RuntimeError):
     """The broker process exited or never accepted a connection."""
@@ -120,8 +122,26 @@ def _pulsar_lite_command(workdir: Path, port: int) -> tuple[list[str], int | Non
     return command, None
 
 
+def _keyshared_help() -> str:
+    probe = subprocess.run(
+        [str(keyshared_binary()), "standalone", "--help"],
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    if probe.returncode != 0:
+        tail = probe.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        raise BrokerStartError(f"`keyshared standalone --help` failed: {' '.join(tail)}")
+    return probe.stdout.decode(errors="replace")
+
+
 def _keyshared_command(workdir: Path, port: int) -> tuple[list[str], int | None]:
     web_port = free_port()
+    global _KEYSHARED_BINDS
+    if _KEYSHARED_BINDS is None:
+        _KEYSHARED_BINDS = "--bind-address" in _keyshared_help()
+    # Loopback only; the flag is optional in the CLI contract, so use it when it exists.
+    bind = ["--bind-address", HOST] if _KEYSHARED_BINDS else []
     command = [
         str(keyshared_binary()),
         "standalone",
@@ -131,6 +151,7 @@ def _keyshared_command(workdir: Path, port: int) -> tuple[list[str], int | None]
         str(port),
         "--web-port",
         str(web_port),
+        *bind,
     ]
     return command, web_port
 
@@ -147,16 +168,7 @@ def broker_available(name: str) -> str | None:
         if name == "pulsar-lite":
             pulsar_lite_binary()
         elif name == "keyshared":
-            keyshared_binary()
-            probe = subprocess.run(
-                [str(keyshared_binary()), "standalone", "--help"],
-                capture_output=True,
-                timeout=30,
-                check=False,
-            )
-            if probe.returncode != 0:
-                tail = probe.stderr.decode(errors="replace").strip().splitlines()[-1:]
-                return f"`keyshared standalone --help` failed: {' '.join(tail)}"
+            _keyshared_help()
         else:
             return f"unknown broker {name!r}"
     except (BrokerStartError, subprocess.TimeoutExpired) as error:

@@ -21,6 +21,7 @@ from .workloads import KEY_SPACE, Workload
 READY_TIMEOUT_S = 30.0
 FIRST_RECEIVE_TIMEOUT_MS = 30_000
 ABORT_GRACE_S = 5.0
+LOG_TAIL_LINES = 15
 DUPLICATE_GRACE_MS = 300
 CONSUMER_INDEX = 0
 
@@ -54,6 +55,8 @@ def measure_startup(name: str, scratch: Path) -> dict[str, float]:
     try:
         producer_at = time_first_producer(broker.url, _topic("startup"))
         return {"listen_s": broker.listen_s, "producer_s": producer_at - broker.popen_at}
+    except Exception as error:
+        raise RuntimeError(f"{error}; broker output:\n{broker.log_tail(LOG_TAIL_LINES)}") from error
     finally:
         brokers.stop(broker)
 
@@ -90,6 +93,7 @@ def throughput_run(
         nonlocal stopped
         if not stopped:
             record["broker_cpu_s"] = broker.cpu_seconds() - cpu_before
+            record["broker_log_tail"] = broker.log_tail(LOG_TAIL_LINES)
             record["broker_exit"] = brokers.stop(broker)
             stopped = True
 
@@ -143,6 +147,9 @@ def throughput_run(
     if len(produced) < len(slots) or (with_consumer and consumed is None):
         record["error"] = "; ".join(e.strip().splitlines()[-1] for e in errors) or "no result"
     record.update(_throughput_figures(workload, produced, consumed))
+    if record["exact"] and "error" not in record:
+        # Keep the JSON small: the broker's output only matters when something went wrong.
+        del record["broker_log_tail"]
     return record
 
 
@@ -249,6 +256,9 @@ def latency_run(
         pool.send(slot, "go")
         timeout = settings.latency_duration_s + settings.latency_warmup_s + 60.0
         record.update(pool.expect(slot, "result", timeout))
+    except Exception as error:
+        pool.restart()
+        raise RuntimeError(f"{error}; broker output:\n{broker.log_tail(LOG_TAIL_LINES)}") from error
     except BaseException:
         pool.restart()
         raise

@@ -21,11 +21,7 @@ class Workload:
     producers: int
     subscription: Subscription
     messages: int
-
-    @property
-    def key_based_batching(self) -> bool:
-        """Key_Shared consumers get key-based batches, as Pulsar recommends for them."""
-        return self.batching and self.subscription == "key_shared"
+    key_based_batching: bool = False
 
     @property
     def name(self) -> str:
@@ -39,9 +35,7 @@ class Workload:
 
     def as_dict(self) -> dict[str, object]:
         """The configuration as plain JSON-ready data, with its name."""
-        data: dict[str, object] = {"name": self.name, **asdict(self)}
-        data["key_based_batching"] = self.key_based_batching
-        return data
+        return {"name": self.name, **asdict(self)}
 
 
 @dataclass(frozen=True)
@@ -70,8 +64,14 @@ QUICK_BUDGET = MessageBudget(
 )
 
 
-def matrix(budget: MessageBudget, include_produce_only: bool = True) -> list[Workload]:
-    """Every configuration of the issue's matrix, end-to-end first, then produce-only."""
+def matrix(
+    budget: MessageBudget, include_produce_only: bool = True, key_shared_key_based: bool = True
+) -> list[Workload]:
+    """Every configuration of the issue's matrix, end-to-end first, then produce-only.
+
+    Batched Key_Shared runs use key-based batching (what Pulsar recommends for Key_Shared)
+    unless ``key_shared_key_based`` is false.
+    """
     subscriptions: list[Subscription] = ["exclusive", "key_shared"]
     if include_produce_only:
         subscriptions.append("none")
@@ -87,6 +87,9 @@ def matrix(budget: MessageBudget, include_produce_only: bool = True) -> list[Wor
                             producers=producers,
                             subscription=subscription,
                             messages=budget.messages(size, batching, producers),
+                            key_based_batching=(
+                                batching and subscription == "key_shared" and key_shared_key_based
+                            ),
                         )
                     )
     return workloads
