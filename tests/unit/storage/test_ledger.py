@@ -527,3 +527,37 @@ def test_delete_removes_files_and_metadata(tmp_path: Path) -> None:
         await st.close()
 
     run(main)
+
+
+def test_concurrent_producers_share_few_syncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = journal_mod._fdatasync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(journal_mod, "_fdatasync", counting)
+
+    async def main() -> None:
+        st = storage(tmp_path).open()
+        mls = [st.open_managed_ledger(f"t{i}") for i in range(4)]
+
+        async def producer(ml: ManagedLedger) -> None:
+            futs = []
+            for i in range(250):
+                futs.append(ml.add_entry(b"e%d" % i)[1])
+                if i % 50 == 0:
+                    await asyncio.sleep(0)
+            await asyncio.gather(*futs)
+
+        await asyncio.gather(*(producer(ml) for ml in mls))
+        assert sum(ml.number_of_entries for ml in mls) == 1000
+        # One sync per touched file per group: far fewer than one per append.
+        assert len(calls) <= 4 * st.journal.groups
+        assert len(calls) < 200
+        await st.close()
+
+    run(main)
