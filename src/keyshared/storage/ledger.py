@@ -437,7 +437,7 @@ class ManagedLedger:
                     run_end = seg.fit(e, run_end, budget - used)
                     used += seg.data_size(e, run_end)
                 out.extend(await self._read_disk(seg, e, run_end))
-                if led.state is _State.DELETED:
+                if led.state is _State.DELETED or self._closed:
                     return out
                 e = run_end
             if len(out) >= max_entries or e < led.entries or led.state is _State.OPEN:
