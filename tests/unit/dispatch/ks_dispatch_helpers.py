@@ -104,12 +104,12 @@ def assert_exact_moves(
     for lo, nxt in itertools.pairwise(ordered):
         b, a = owners_before[lo], owners_after[lo]
         i = bisect_right(starts, lo) - 1
-        move = moves[i] if i >= 0 and moves[i].end >= lo else None
+        covering = moves[i] if i >= 0 and moves[i].end >= lo else None
         if b is a:
-            assert move is None, (lo, nxt - 1, move)
+            assert covering is None, (lo, nxt - 1, covering)
         else:
-            assert move is not None, (lo, nxt - 1, b, a)
-            assert move.before is b and move.after is a, (lo, move, b, a)
+            assert covering is not None, (lo, nxt - 1, b, a)
+            assert covering.before is b and covering.after is a, (lo, covering, b, a)
     for m1, m2 in itertools.pairwise(moves):
         assert m1.end < m2.start
         if m1.end + 1 == m2.start:

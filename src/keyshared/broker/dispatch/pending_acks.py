@@ -123,10 +123,10 @@ class PendingAcksMap(Generic[C, P]):
 
     def remove_all_up_to(self, position: P) -> int:
         """Drop every pending position ``<= position`` (mark-delete jumped); returns how many."""
-        acks = self._acks
-        if not acks:
+        if not self._acks:
             return 0
         self._sort()
+        acks = self._acks
         if self._last is not None and self._last <= position:
             removed = list(acks.items())
             acks.clear()
