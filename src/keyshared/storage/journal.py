@@ -143,7 +143,7 @@ class Journal:
                 continue
             try:
                 _write_records(seg, items)
-            except OSError as exc:
+            except Exception as exc:  # OSError mostly; anything else must not kill the thread
                 log.error("ledger %d: write failed: %s", seg.ledger_id, exc)
                 seg.failed = exc
                 failures[seg] = exc
@@ -156,7 +156,7 @@ class Journal:
                         _sync_directory(seg)
                     _fdatasync(seg.fd)
                     self.syncs += 1
-                except OSError as exc:
+                except Exception as exc:
                     log.error("ledger %d: sync failed: %s", seg.ledger_id, exc)
                     seg.failed = exc
                     failures[seg] = exc
