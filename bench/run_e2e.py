@@ -31,7 +31,7 @@ from typing import Any
 
 from e2e import brokers, report, runner
 from e2e.pool import WorkerPool
-from e2e.workloads import FULL_BUDGET, QUICK_BUDGET, SIZES, Workload, matrix
+from e2e.workloads import FULL_BUDGET, QUICK_BUDGET, SIZES, Workload, matrix, smoke_matrix
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_SAMPLES = 3
@@ -57,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--skip-startup", action="store_true", help="skip start-up timing")
     parser.add_argument(
         "--no-produce-only", action="store_true", help="skip the produce-only workloads"
+    )
+    parser.add_argument(
+        "--matrix",
+        choices=("full", "smoke"),
+        default=None,
+        help="all 24 configurations, or a 6-configuration cover (default: smoke with --quick)",
     )
     parser.add_argument(
         "--key-shared-batching",
@@ -246,8 +252,16 @@ def main(argv: list[str] | None = None) -> int:
 
     budget = QUICK_BUDGET if args.quick else FULL_BUDGET
     key_based = args.key_shared_batching == "keybased"
+    full_matrix = args.matrix == "full" or (args.matrix is None and not args.quick)
+    candidates = (
+        matrix(budget, not args.no_produce_only, key_based)
+        if full_matrix
+        else smoke_matrix(budget, key_based)
+    )
     workloads = [
-        w for w in matrix(budget, not args.no_produce_only, key_based) if args.only in w.name
+        w
+        for w in candidates
+        if args.only in w.name and not (args.no_produce_only and w.subscription == "none")
     ]
     latency_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
     settings = runner.Settings(
@@ -292,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         "brokers": names,
         "runs": runs,
         "quick": args.quick,
+        "matrix": "full" if full_matrix else "smoke",
         "settings": {
             "batch_delay_ms": settings.batch_delay_ms,
             "key_shared_batching": args.key_shared_batching,

@@ -94,7 +94,9 @@ def throughput_run(
         if not stopped:
             record["broker_cpu_s"] = broker.cpu_seconds() - cpu_before
             record["broker_log_tail"] = broker.log_tail(LOG_TAIL_LINES)
+            stop_began = time.perf_counter()
             record["broker_exit"] = brokers.stop(broker)
+            record["stop_s"] = time.perf_counter() - stop_began
             stopped = True
 
     try:

@@ -93,3 +93,30 @@ def matrix(
                         )
                     )
     return workloads
+
+
+# (subscription, size, batching, producers): every value of every dimension at least once, and
+# each subscription kind with batching on and off, so a smoke run exercises every code path.
+SMOKE_CELLS: tuple[tuple[Subscription, int, bool, int], ...] = (
+    ("exclusive", 100, True, 1),
+    ("exclusive", 1024, False, 4),
+    ("key_shared", 100, True, 4),
+    ("key_shared", 1024, False, 1),
+    ("none", 1024, True, 1),
+    ("none", 100, False, 4),
+)
+
+
+def smoke_matrix(budget: MessageBudget, key_shared_key_based: bool = True) -> list[Workload]:
+    """A six-configuration cover of the matrix, for ``--quick``."""
+    return [
+        Workload(
+            size=size,
+            batching=batching,
+            producers=producers,
+            subscription=subscription,
+            messages=budget.messages(size, batching, producers),
+            key_based_batching=batching and subscription == "key_shared" and key_shared_key_based,
+        )
+        for subscription, size, batching, producers in SMOKE_CELLS
+    ]
