@@ -1,0 +1,1 @@
+"""Admin: REST routes with Pulsar's paths and field names, metrics, the dashboard."""

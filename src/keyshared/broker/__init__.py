@@ -1,0 +1,1 @@
+"""Broker: topics, subscriptions, consumers and the dispatchers that feed them."""

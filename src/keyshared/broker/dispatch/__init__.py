@@ -1,0 +1,1 @@
+"""Dispatchers: which entry goes to which consumer, as plain synchronous decisions."""

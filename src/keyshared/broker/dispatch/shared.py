@@ -1,0 +1,346 @@
+"""Shared: entries spread over the consumers that have permits, with a replay queue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sortedcontainers import SortedDict
+
+from keyshared.broker.consumer import Consumer
+from keyshared.broker.dispatch.base import Dispatcher, Scheduler, on_done
+from keyshared.storage.entry import Entry
+from keyshared.storage.position import Position
+
+if TYPE_CHECKING:
+    from keyshared.broker.subscription import Subscription
+
+NORMAL = "normal"
+REPLAY = "replay"
+
+# Pulsar's dispatcherMaxRoundRobinBatchSize: entries given to one consumer before moving on.
+ROUND_ROBIN_BATCH = 20
+
+
+class ReplayQueue:
+    """Positions waiting to be delivered again, in position order, with their key hashes.
+
+    Pulsar's MessageRedeliveryController: a hash of 0 means "not known until read". The
+    per-hash counts let Key_Shared hold back new entries of a key that has older ones queued.
+    """
+
+    __slots__ = ("_hash_counts", "_positions", "track_hashes")
+
+    def __init__(self, *, track_hashes: bool = False) -> None:
+        self._positions: SortedDict = SortedDict()
+        self._hash_counts: dict[int, int] = {}
+        self.track_hashes = track_hashes
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __contains__(self, pos: Position) -> bool:
+        return pos in self._positions
+
+    def add(self, pos: Position, key_hash: int = 0) -> None:
+        """Queue ``pos``; a known ``key_hash`` is counted so that key can be held back."""
+        old = self._positions.get(pos)
+        if old is not None:
+            if old == key_hash or key_hash == 0:
+                return
+            self._dec(old)
+        self._positions[pos] = key_hash
+        if key_hash and self.track_hashes:
+            self._hash_counts[key_hash] = self._hash_counts.get(key_hash, 0) + 1
+
+    def remove(self, pos: Position) -> None:
+        """Drop ``pos`` if queued."""
+        key_hash = self._positions.pop(pos, None)
+        if key_hash:
+            self._dec(key_hash)
+
+    def _dec(self, key_hash: int) -> None:
+        if not self.track_hashes or not key_hash:
+            return
+        n = self._hash_counts.get(key_hash, 0) - 1
+        if n > 0:
+            self._hash_counts[key_hash] = n
+        else:
+            self._hash_counts.pop(key_hash, None)
+
+    def remove_up_to(self, pos: Position) -> None:
+        """Drop every queued position at or before ``pos`` (mark-delete moved past them)."""
+        positions = self._positions
+        while positions:
+            first = positions.peekitem(0)[0]
+            if first > pos:
+                break
+            self.remove(first)
+
+    def contains_hash(self, key_hash: int) -> bool:
+        """True if an older entry of this key is queued."""
+        return key_hash != 0 and key_hash in self._hash_counts
+
+    def hash_of(self, pos: Position) -> int:
+        """The known key hash of a queued position (0 if unknown)."""
+        return int(self._positions.get(pos, 0))
+
+    def first(self) -> Position | None:
+        """The lowest queued position."""
+        return self._positions.peekitem(0)[0] if self._positions else None
+
+    def iter_positions(self) -> Any:
+        """Queued positions in order."""
+        return iter(self._positions.keys())
+
+    def clear(self) -> None:
+        """Forget everything."""
+        self._positions.clear()
+        self._hash_counts.clear()
+
+
+class SharedDispatcher(Dispatcher):
+    """Pulsar's PersistentDispatcherMultipleConsumers: round-robin over consumers with permits."""
+
+    def __init__(self, subscription: Subscription, scheduler: Scheduler) -> None:
+        super().__init__(subscription, scheduler)
+        self.replay = ReplayQueue(track_hashes=self.orders_by_key())
+        self._rr = 0
+        self._should_rewind = False
+        self._min_replayed: Position | None = None
+
+    def orders_by_key(self) -> bool:
+        """Whether the replay queue must hold back keys (Key_Shared without out-of-order)."""
+        return False
+
+    # --- consumers -----------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Attach ``consumer``; the first one restarts reading from the first unacked entry."""
+        if not self.consumers:
+            if self.have_pending_read:
+                self._should_rewind = True
+            else:
+                self.cursor.rewind()
+            self.replay.clear()
+        self.consumers.append(consumer)
+        self.consumers.sort(key=lambda c: c.priority_level)
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach ``consumer``; its unacked entries go back to the replay queue for the others."""
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        pending = consumer.pending_acks
+        if not self.consumers:
+            self.forget_reads()
+            self.replay.clear()
+            if pending is not None:
+                pending.clear()
+            return
+        if pending:
+            for pos, pa in sorted(pending.items()):
+                self.add_to_replay(pos, pa.key_hash)
+            pending.clear()
+        self.read_more()
+
+    def redeliver(self, consumer: Consumer, positions: Sequence[Any] | None) -> None:
+        """Put ``consumer``'s unacked entries (all or some) back into the replay queue."""
+        pending = consumer.pending_acks
+        if pending is None:
+            return
+        chosen = sorted(pending) if positions is None else [p for p in positions if p in pending]
+        counts = self.subscription.redelivery_counts
+        track = self.config.subscriptionRedeliveryTrackerEnabled
+        released = 0
+        for pos in chosen:
+            pa = pending.pop(pos)
+            released += pa.batch_size
+            # Without a known hash, as Pulsar: the entry's key is looked at again once read.
+            self.add_to_replay(pos, 0)
+            if track:
+                counts[pos] = counts.get(pos, 0) + 1
+        consumer.msg_redeliver_counter += released
+        consumer.release_unacked(released)
+        self.read_more()
+
+    def reset(self) -> None:
+        """The cursor was moved by hand: drop queued replays and in-flight reads."""
+        self.forget_reads()
+        self.replay.clear()
+        for c in self.consumers:
+            if c.pending_acks is not None:
+                c.pending_acks.clear()
+            c.unacked_messages = 0
+
+    def add_to_replay(self, pos: Position, key_hash: int) -> None:
+        """Queue ``pos`` unless it is already acked."""
+        if pos > self.cursor.mark_delete_position:
+            self.replay.add(pos, key_hash)
+
+    def on_mark_delete_moved(self, mark_delete: Position) -> None:
+        """Acked positions can leave the replay queue."""
+        self.replay.remove_up_to(mark_delete)
+
+    # --- the read loop -------------------------------------------------------------------
+    def total_permits(self) -> int:
+        """Entries all consumers together may receive now."""
+        return sum(c.dispatch_permits() for c in self.consumers)
+
+    def replay_candidates(self, max_entries: int) -> list[Position]:
+        """Queued positions to read again now, in order."""
+        out: list[Position] = []
+        for pos in self.replay.iter_positions():
+            out.append(pos)
+            if len(out) >= max_entries:
+                break
+        return out
+
+    def normal_read_allowed(self) -> bool:
+        """Whether a normal (sequential) read may start now."""
+        return True
+
+    def max_normal_read(self, n: int) -> int:
+        """Cap on the entries of one normal read."""
+        return n
+
+    def read_more_now(self) -> None:
+        """Start a replay read if anything is queued, else a normal read."""
+        if not self.consumers:
+            return
+        permits = self.total_permits()
+        if permits <= 0:
+            return
+        n = min(permits, self.read_batch_size)
+        if len(self.replay) and not self.have_pending_replay_read:
+            positions = self.replay_candidates(n)
+            if positions:
+                self.have_pending_replay_read = True
+                self._min_replayed = positions[0]
+                gen = self.read_generation
+                on_done(
+                    self.cursor.replay_entries(positions),
+                    lambda fut: self._replay_complete(fut, positions, gen),
+                )
+                return
+        if self.have_pending_read or self.have_pending_replay_read:
+            return
+        if not self.normal_read_allowed():
+            self.read_more_with_backoff()
+            return
+        if self.subscription.should_pause_on_ack_state():
+            return
+        n = self.max_normal_read(n)
+        self.have_pending_read = True
+        self._min_replayed = self.replay.first()
+        gen = self.read_generation
+        on_done(self.cursor.read_entries_or_wait(n), lambda fut: self._read_complete(fut, n, gen))
+
+    def _replay_complete(self, fut: Any, positions: list[Position], gen: int) -> None:
+        if gen != self.read_generation:
+            return
+        self.have_pending_replay_read = False
+        if fut.cancelled() or self.closed:
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.subscription.topic.log_read_error(exc)
+            self.read_more_with_backoff()
+            return
+        entries: list[Entry] = fut.result()
+        returned = {e.position for e in entries}
+        for pos in positions:
+            if pos not in returned:
+                # Acked meanwhile, or gone: nothing to replay.
+                self.replay.remove(pos)
+        self.dispatch(entries, REPLAY)
+
+    def _read_complete(self, fut: Any, asked: int, gen: int) -> None:
+        if gen != self.read_generation:
+            return
+        self.have_pending_read = False
+        if fut.cancelled() or self.closed:
+            return
+        exc = fut.exception()
+        if exc is not None:
+            self.subscription.topic.log_read_error(exc)
+            self.read_more_with_backoff()
+            return
+        result = fut.result()
+        if result.stale:
+            self.read_more()
+            return
+        if self._should_rewind:
+            self._should_rewind = False
+            self.cursor.rewind()
+            self.read_more()
+            return
+        if len(result.entries) >= asked:
+            self.grow_read_batch()
+        self.dispatch(result.entries, NORMAL)
+
+    def dispatch(self, entries: list[Entry], read_type: str) -> None:
+        """Send what can be sent; queue the rest for replay; keep the loop going."""
+        if not entries:
+            self.read_more()
+            return
+        if not self.consumers:
+            if read_type == NORMAL:
+                self.cursor.rewind()
+            return
+        if self.orders_by_key():
+            first = self.replay.first()
+            if first is not None and self._min_replayed is not None and first < self._min_replayed:
+                # An older entry was queued while this read was in flight: dispatching this
+                # read now could overtake it, so queue everything and replay in order.
+                if read_type == NORMAL:
+                    for e in entries:
+                        self.add_to_replay(
+                            e.position, self.subscription.topic.entry_meta(e).key_hash
+                        )
+                self.read_more()
+                return
+        groups = self.filter_and_group(entries, read_type)
+        sent = 0
+        for consumer, chosen in groups:
+            if read_type == REPLAY:
+                for e in chosen:
+                    self.replay.remove(e.position)
+            sent += len(chosen)
+            self.send_to_consumer(consumer, chosen, track=True)
+        if sent:
+            self.backoff.reset()
+            self.read_more()
+        else:
+            self.read_more_with_backoff()
+
+    def filter_and_group(
+        self, entries: list[Entry], read_type: str
+    ) -> list[tuple[Consumer, list[Entry]]]:
+        """Round-robin: give each consumer with permits up to a small batch, in turn."""
+        budgets = {c: c.dispatch_permits() for c in self.consumers}
+        groups: dict[Consumer, list[Entry]] = {}
+        n = len(self.consumers)
+        i = 0
+        idx = self._rr
+        while i < len(entries):
+            consumer = None
+            for step in range(n):
+                c = self.consumers[(idx + step) % n]
+                if budgets[c] > 0:
+                    consumer = c
+                    idx = (idx + step) % n
+                    break
+            if consumer is None:
+                break
+            take = min(budgets[consumer], ROUND_ROBIN_BATCH, len(entries) - i)
+            groups.setdefault(consumer, []).extend(entries[i : i + take])
+            budgets[consumer] -= take
+            i += take
+            idx = (idx + 1) % n
+        self._rr = idx
+        for e in entries[i:]:
+            self.add_to_replay(e.position, 0)
+        return list(groups.items())
+
+    def stats(self) -> dict[str, Any]:
+        """Replay-queue size (Pulsar's msgInReplay)."""
+        return {"msgInReplay": len(self.replay)}

@@ -1,0 +1,188 @@
+"""The broker service: topics by name, partitioned-topic metadata, tenants and namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
+from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.topic import PersistentTopic
+from keyshared.broker.topic_name import InvalidTopicName, TopicName
+from keyshared.config import BrokerConfig
+from keyshared.storage.store import Storage
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_PREFIX = "partitioned-topics/"
+TENANTS_PREFIX = "tenants/"
+NAMESPACES_PREFIX = "namespaces/"
+TOPICS_PREFIX = "topics/"
+
+
+class BrokerService:
+    """Owns every topic of this broker and the metadata about them."""
+
+    def __init__(
+        self, config: BrokerConfig, storage: Storage, scheduler: Scheduler | None = None
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.scheduler: Scheduler = scheduler or LoopScheduler()
+        self.topics: dict[str, PersistentTopic] = {}
+        self._ensure_defaults()
+
+    # --- tenants and namespaces ------------------------------------------------------------
+    def _ensure_defaults(self) -> None:
+        md = self.storage.metadata
+        if md.get(TENANTS_PREFIX + "public") is None:
+            md.put(TENANTS_PREFIX + "public", _json({"adminRoles": [], "allowedClusters": []}))
+        if md.get(NAMESPACES_PREFIX + "public/default") is None:
+            md.put(NAMESPACES_PREFIX + "public/default", _json({}))
+
+    def namespace_exists(self, namespace: str) -> bool:
+        """True if ``tenant/namespace`` exists."""
+        return self.storage.metadata.get(NAMESPACES_PREFIX + namespace) is not None
+
+    # --- topics --------------------------------------------------------------------------
+    @staticmethod
+    def parse_topic(name: str) -> TopicName:
+        """Parse a topic name, or raise BrokerError(InvalidTopicName)."""
+        try:
+            return TopicName.parse(name)
+        except InvalidTopicName as exc:
+            raise BrokerError(ServerError.InvalidTopicName, str(exc)) from exc
+
+    def partitions_of(self, name: TopicName) -> int:
+        """Number of partitions of a partitioned topic (0 for a non-partitioned one)."""
+        if name.partition_index >= 0:
+            return 0
+        raw = self.storage.metadata.get(PARTITIONS_PREFIX + name.full)
+        if raw is None:
+            return 0
+        return int(json.loads(raw)["partitions"])
+
+    def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        """Create a partitioned topic with ``partitions`` partitions."""
+        if partitions <= 0:
+            raise BrokerError(ServerError.NotAllowedError, "Number of partitions must be > 0")
+        if self.partitions_of(name) > 0:
+            raise BrokerError(ServerError.NotAllowedError, f"Partitioned topic {name} exists")
+        if self.topic_exists(name):
+            raise BrokerError(ServerError.NotAllowedError, f"Topic {name} exists (non-partitioned)")
+        self._check_namespace(name)
+        self.storage.metadata.put(PARTITIONS_PREFIX + name.full, _json({"partitions": partitions}))
+
+    def update_partitioned_topic(self, name: TopicName, partitions: int) -> None:
+        """Grow a partitioned topic (shrinking is refused, as in Pulsar)."""
+        current = self.partitions_of(name)
+        if current == 0:
+            raise BrokerError(ServerError.TopicNotFound, f"Partitioned topic {name} not found")
+        if partitions <= current:
+            raise BrokerError(ServerError.NotAllowedError, "Number of partitions can only grow")
+        self.storage.metadata.put(PARTITIONS_PREFIX + name.full, _json({"partitions": partitions}))
+
+    def list_partitioned_topics(self, namespace: str) -> list[str]:
+        """Partitioned topics of ``tenant/namespace``."""
+        prefix = PARTITIONS_PREFIX + "persistent://" + namespace + "/"
+        return [k[len(PARTITIONS_PREFIX) :] for k in self.storage.metadata.list_keys(prefix)]
+
+    def list_topics(self, namespace: str) -> list[str]:
+        """Non-partitioned topics and partitions of ``tenant/namespace``."""
+        prefix = TOPICS_PREFIX + "persistent://" + namespace + "/"
+        return [k[len(TOPICS_PREFIX) :] for k in self.storage.metadata.list_keys(prefix)]
+
+    def topic_exists(self, name: TopicName) -> bool:
+        """True if the topic (not a partitioned base) exists."""
+        return (
+            name.full in self.topics
+            or self.storage.metadata.get(TOPICS_PREFIX + name.full) is not None
+        )
+
+    def _check_namespace(self, name: TopicName) -> None:
+        if not self.namespace_exists(name.namespace_name):
+            raise BrokerError(
+                ServerError.TopicNotFound, f"Namespace {name.namespace_name} does not exist"
+            )
+
+    def get_topic(self, name: TopicName, *, create: bool) -> PersistentTopic:
+        """The loaded topic ``name``; created on first use if allowed."""
+        topic = self.topics.get(name.full)
+        if topic is not None:
+            return topic
+        if name.domain != "persistent":
+            raise BrokerError(ServerError.NotAllowedError, "Only persistent topics are supported")
+        exists = self.storage.metadata.get(TOPICS_PREFIX + name.full) is not None
+        if not exists:
+            if self.partitions_of(name) > 0:
+                raise BrokerError(
+                    ServerError.NotAllowedError,
+                    f"{name} is a partitioned topic: use its partitions",
+                )
+            base = name.partitioned_base
+            is_partition_of_existing = (
+                name.partition_index >= 0 and name.partition_index < self.partitions_of(base)
+            )
+            if not is_partition_of_existing and not (create and self.config.allowAutoTopicCreation):
+                raise BrokerError(ServerError.TopicNotFound, f"Topic {name} does not exist")
+            self._check_namespace(name)
+            self.storage.metadata.put(TOPICS_PREFIX + name.full, _json({}))
+        ledger = self.storage.open_managed_ledger(name.full)
+        topic = PersistentTopic(name, ledger, self, self.scheduler)
+        self.topics[name.full] = topic
+        return topic
+
+    def create_topic(self, name: TopicName) -> PersistentTopic:
+        """Create a non-partitioned topic explicitly (admin)."""
+        if self.topic_exists(name) or self.partitions_of(name) > 0:
+            raise BrokerError(ServerError.NotAllowedError, f"Topic {name} already exists")
+        self._check_namespace(name)
+        self.storage.metadata.put(TOPICS_PREFIX + name.full, _json({}))
+        return self.get_topic(name, create=True)
+
+    async def delete_topic(self, name: TopicName, *, force: bool = False) -> None:
+        """Delete a topic and its data; refused while clients are attached unless forced."""
+        if not self.topic_exists(name):
+            raise BrokerError(ServerError.TopicNotFound, f"Topic {name} not found")
+        topic = self.get_topic(name, create=False)
+        busy = topic.producers or any(s.consumers for s in topic.subscriptions.values())
+        if busy and not force:
+            raise BrokerError(
+                ServerError.NotAllowedError, f"Topic {name} has active producers/subscriptions"
+            )
+        await topic.close()
+        for sub in list(topic.subscriptions):
+            topic.remove_subscription(sub)
+        self.topics.pop(name.full, None)
+        await self.storage.delete_managed_ledger(name.full)
+        self.storage.metadata.delete(TOPICS_PREFIX + name.full)
+
+    async def delete_partitioned_topic(self, name: TopicName, *, force: bool = False) -> None:
+        """Delete every partition and the partitioned topic's metadata."""
+        n = self.partitions_of(name)
+        if n == 0:
+            raise BrokerError(ServerError.TopicNotFound, f"Partitioned topic {name} not found")
+        for i in range(n):
+            part = name.partition(i)
+            if self.topic_exists(part):
+                await self.delete_topic(part, force=force)
+        self.storage.metadata.delete(PARTITIONS_PREFIX + name.full)
+
+    def load_existing_topics(self) -> None:
+        """Nothing to do eagerly: topics load on first use, so start-up stays fast."""
+
+    async def close(self) -> None:
+        """Close every topic, persisting cursor state."""
+        for topic in list(self.topics.values()):
+            try:
+                await topic.close()
+            except Exception:  # pragma: no cover - shutdown must go on
+                log.exception("closing %s", topic.name)
+        self.topics.clear()
+        await asyncio.sleep(0)
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj).encode()

@@ -1,0 +1,284 @@
+"""A subscription: a cursor, its consumers, and the dispatcher that feeds them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from keyshared.broker.consumer import Consumer, PendingAck, SubType
+from keyshared.broker.dispatch.base import Dispatcher, Scheduler
+from keyshared.broker.dispatch.shared import SharedDispatcher
+from keyshared.broker.dispatch.single_active import SingleActiveDispatcher
+from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.config import BrokerConfig
+from keyshared.storage.cursor import ManagedCursor
+from keyshared.storage.position import Position
+
+if TYPE_CHECKING:
+    from keyshared.broker.topic import PersistentTopic
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class AckItem:
+    """One id of an ACK command: a position and, for a partial batch ack, the unacked bits."""
+
+    position: Position
+    ack_set: list[int] | None = None
+
+
+class Subscription:
+    """Pulsar's PersistentSubscription."""
+
+    def __init__(
+        self,
+        topic: PersistentTopic,
+        name: str,
+        cursor: ManagedCursor,
+        *,
+        durable: bool,
+        config: BrokerConfig,
+        scheduler: Scheduler,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.durable = durable
+        self.config = config
+        self.scheduler = scheduler
+        self.sub_type: SubType | None = None
+        self.dispatcher: Dispatcher | None = None
+        self.redelivery_counts: dict[Position, int] = {}
+        self.last_mark_delete_advanced = 0
+        self.last_consumed_timestamp = 0
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.closed = False
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        """The attached consumers."""
+        return self.dispatcher.consumers if self.dispatcher is not None else []
+
+    # --- consumers -----------------------------------------------------------------------
+    def _new_dispatcher(self, sub_type: SubType, consumer: Consumer) -> Dispatcher:
+        if sub_type in (SubType.Exclusive, SubType.Failover):
+            return SingleActiveDispatcher(self, self.scheduler, sub_type)
+        if sub_type is SubType.Shared:
+            return SharedDispatcher(self, self.scheduler)
+        from keyshared.broker.dispatch.key_shared import new_key_shared_dispatcher
+
+        return new_key_shared_dispatcher(self, self.scheduler, consumer)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Attach ``consumer`` (raises BrokerError when refused)."""
+        if self.closed:
+            raise BrokerError(ServerError.ServiceNotReady, "Subscription is being closed")
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            if consumer.sub_type is not self.sub_type:
+                raise BrokerError(
+                    ServerError.ConsumerBusy,
+                    f"Subscription {self.name} is of type {self.sub_type.name if self.sub_type else '?'}"
+                    f", cannot attach a {consumer.sub_type.name} consumer",
+                )
+        elif self.dispatcher is None or not self._dispatcher_fits(consumer):
+            if self.dispatcher is not None:
+                self.dispatcher.close()
+            self.sub_type = consumer.sub_type
+            self.dispatcher = self._new_dispatcher(consumer.sub_type, consumer)
+        self.dispatcher.add_consumer(consumer)
+
+    def _dispatcher_fits(self, consumer: Consumer) -> bool:
+        """A dispatcher with no consumers is kept only for the same type and Key_Shared mode."""
+        if self.sub_type is not consumer.sub_type or self.dispatcher is None:
+            return False
+        fits = getattr(self.dispatcher, "fits", None)
+        return bool(fits(consumer)) if callable(fits) else True
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach ``consumer``; non-durable subscriptions go away with their last consumer."""
+        consumer.closed = True
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+        if not self.consumers and not self.durable:
+            self.topic.remove_subscription(self.name)
+
+    def disconnect_all(self) -> None:
+        """Close every consumer (they re-subscribe), as Pulsar does on seek and reset-cursor."""
+        for c in list(self.consumers):
+            c.transport.close_consumer(c)
+            self.remove_consumer(c)
+
+    # --- acks ----------------------------------------------------------------------------
+    def acknowledge(self, consumer: Consumer, cumulative: bool, items: Sequence[AckItem]) -> None:
+        """Apply an ACK command from ``consumer``."""
+        cursor = self.cursor
+        before = cursor.mark_delete_position
+        if cumulative:
+            if self.sub_type in (SubType.Shared, SubType.Key_Shared):
+                # Pulsar ignores cumulative acks on these types (the client refuses them too).
+                log.warning(
+                    "cumulative ack ignored on %s subscription %s", self.sub_type, self.name
+                )
+                return
+            for item in items:
+                pos = item.position
+                if pos > cursor.last_add_confirmed:
+                    continue
+                cursor.ack_cumulative(pos)
+            acked = 0
+            consumer.msg_ack_counter += len(items)
+        else:
+            acked = 0
+            for item in items:
+                acked += self._ack_one(consumer, item)
+        after = cursor.mark_delete_position
+        if after != before:
+            self._mark_delete_moved(after)
+        if self.dispatcher is not None and (acked or after != before):
+            self.dispatcher.read_more()
+
+    def _ack_one(self, consumer: Consumer, item: AckItem) -> int:
+        pos = item.position
+        cursor = self.cursor
+        owner, pending = self._owner_of(consumer, pos)
+        if item.ack_set is not None and pending is not None and pending.batch_size > 1:
+            cursor.ack_batch_index(pos, item.ack_set, pending.batch_size)
+            if not cursor.is_acked(pos):
+                acked_so_far = max(0, pending.batch_size - _bit_count(item.ack_set))
+                newly = max(0, acked_so_far - pending.acked_indexes)
+                pending.acked_indexes = max(pending.acked_indexes, acked_so_far)
+                if owner is not None:
+                    owner.record_acked(newly)
+                return newly
+        elif item.ack_set is not None:
+            size = self.topic.known_batch_size(pos) or _batch_size_hint(item.ack_set)
+            cursor.ack_batch_index(pos, item.ack_set, size)
+            if not cursor.is_acked(pos):
+                return 0
+        else:
+            cursor.ack_individual((pos,))
+        self.redelivery_counts.pop(pos, None)
+        if owner is not None and owner.pending_acks is not None:
+            pa = owner.pending_acks.pop(pos, None)
+            if pa is not None:
+                self.on_pending_ack_removed(owner, pos, pa.key_hash)
+                remaining = pa.batch_size - pa.acked_indexes
+                released = owner.record_acked(remaining)
+                if released and self.dispatcher is not None:
+                    self.dispatcher.read_more()
+                return remaining
+        return 1
+
+    def on_pending_ack_removed(self, consumer: Consumer, pos: Position, key_hash: int) -> None:
+        """Hook for Key_Shared's draining-hash bookkeeping."""
+        hook = getattr(self.dispatcher, "on_pending_ack_removed", None)
+        if hook is not None:
+            hook(consumer, pos, key_hash)
+
+    def _owner_of(
+        self, consumer: Consumer, pos: Position
+    ) -> tuple[Consumer | None, PendingAck | None]:
+        """The consumer that holds ``pos`` (usually the one acking it)."""
+        if consumer.pending_acks is None:
+            return consumer, None
+        pa = consumer.pending_acks.get(pos)
+        if pa is not None:
+            return consumer, pa
+        for c in self.consumers:
+            if c.pending_acks is not None:
+                pa = c.pending_acks.get(pos)
+                if pa is not None:
+                    return c, pa
+        return None, None
+
+    def _mark_delete_moved(self, mark_delete: Position) -> None:
+        self.last_mark_delete_advanced = int(time.time() * 1000)
+        hook = getattr(self.dispatcher, "on_mark_delete_moved", None)
+        if hook is not None:
+            hook(mark_delete)
+        counts = self.redelivery_counts
+        if counts and len(counts) > 1024:
+            for pos in [p for p in counts if p <= mark_delete]:
+                del counts[pos]
+        self.topic.on_subscription_progress()
+
+    def redeliver_unacknowledged(
+        self, consumer: Consumer, positions: Sequence[Position] | None
+    ) -> None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES from ``consumer``."""
+        if self.dispatcher is not None:
+            self.dispatcher.redeliver(consumer, positions)
+
+    # --- manual cursor moves ---------------------------------------------------------------
+    def reset_cursor(self, position: Position) -> None:
+        """Seek / reset-cursor: consumers are closed, the cursor is reset to ``position``."""
+        self.disconnect_all()
+        if self.dispatcher is not None:
+            self.dispatcher.reset()
+        self.redelivery_counts.clear()
+        self.cursor.reset_cursor(position)
+        self._mark_delete_moved(self.cursor.mark_delete_position)
+
+    def should_pause_on_ack_state(self) -> bool:
+        """PIP-299 pause rule; filled in by the cursor issue."""
+        return False
+
+    # --- stats ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """SubscriptionStats with Pulsar's field names."""
+        consumers = [self.topic.consumer_stats(c) for c in self.consumers]
+        cursor = self.cursor
+        backlog = cursor.number_of_entries_in_backlog
+        st: dict[str, Any] = {
+            "msgRateOut": 0.0,
+            "msgThroughputOut": 0.0,
+            "bytesOutCounter": sum(c.bytes_out_counter for c in self.consumers)
+            + self.bytes_out_counter,
+            "msgOutCounter": sum(c.msg_out_counter for c in self.consumers) + self.msg_out_counter,
+            "msgRateRedeliver": 0.0,
+            "messageAckRate": 0.0,
+            "msgBacklog": backlog,
+            "backlogSize": 0,
+            "msgBacklogNoDelayed": backlog,
+            "blockedSubscriptionOnUnackedMsgs": False,
+            "msgDelayed": 0,
+            "unackedMessages": sum(c.unacked_messages for c in self.consumers),
+            "type": (self.sub_type or SubType.Exclusive).name,
+            "lastExpireTimestamp": 0,
+            "lastConsumedFlowTimestamp": max(
+                (c.last_consumed_flow_timestamp for c in self.consumers), default=0
+            ),
+            "lastConsumedTimestamp": max(
+                (c.last_consumed_timestamp for c in self.consumers), default=0
+            ),
+            "lastAckedTimestamp": max((c.last_acked_timestamp for c in self.consumers), default=0),
+            "lastMarkDeleteAdvancedTimestamp": self.last_mark_delete_advanced,
+            "consumers": consumers,
+            "isDurable": self.durable,
+            "isReplicated": False,
+            "nonContiguousDeletedMessagesRanges": len(cursor.individually_deleted),
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            "subscriptionProperties": {},
+        }
+        if self.dispatcher is not None:
+            st.update(self.dispatcher.stats())
+        return st
+
+
+def _bit_count(words: Sequence[int]) -> int:
+    return sum((w & 0xFFFFFFFFFFFFFFFF).bit_count() for w in words)
+
+
+def _batch_size_hint(words: Sequence[int]) -> int:
+    """Without a pending record, the batch size is at least the highest unacked index + 1."""
+    top = 0
+    for i, w in enumerate(words):
+        w &= 0xFFFFFFFFFFFFFFFF
+        if w:
+            top = i * 64 + w.bit_length()
+    return max(top, 1)

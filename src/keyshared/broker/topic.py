@@ -1,0 +1,429 @@
+"""A persistent topic: its managed ledger, producers and subscriptions, and their stats."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from keyshared.broker.consumer import Consumer, SubType
+from keyshared.broker.dispatch.base import Scheduler
+from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
+from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.subscription import Subscription
+from keyshared.broker.topic_name import TopicName
+from keyshared.config import BrokerConfig
+from keyshared.storage.cursor import CursorConfig, ManagedCursor
+from keyshared.storage.cursor_store import MetadataCursorStateStore
+from keyshared.storage.entry import Entry
+from keyshared.storage.ledger import ManagedLedger
+from keyshared.storage.position import EARLIEST, LATEST, Position
+
+if TYPE_CHECKING:
+    from keyshared.broker.service import BrokerService
+
+log = logging.getLogger(__name__)
+
+
+class ProducerTransport(Protocol):
+    """What the broker needs from the connection a producer lives on."""
+
+    def send_receipt(
+        self, producer: Producer, sequence_id: int, highest_sequence_id: int, position: Position
+    ) -> None:
+        """Confirm a stored message."""
+
+    def send_error(
+        self, producer: Producer, sequence_id: int, code: ServerError, message: str
+    ) -> None:
+        """Report a failed send."""
+
+    def close_producer(self, producer: Producer) -> None:
+        """Tell the client the broker closed this producer (it will reconnect)."""
+
+    @property
+    def address(self) -> str:
+        """The client's address, for stats."""
+
+    @property
+    def client_version(self) -> str:
+        """The client's version, for stats."""
+
+
+@dataclass(slots=True)
+class Producer:
+    """A producer session on a topic."""
+
+    producer_id: int
+    producer_name: str
+    topic: PersistentTopic
+    transport: ProducerTransport
+    user_provided_name: bool = False
+    epoch: int = 0
+    metadata: dict[str, str] = field(default_factory=dict)
+    connected_since: float = field(default_factory=time.time)
+    msg_in_counter: int = 0
+    bytes_in_counter: int = 0
+    closed: bool = False
+
+
+class PersistentTopic:
+    """Pulsar's PersistentTopic, over one managed ledger."""
+
+    def __init__(
+        self,
+        name: TopicName,
+        ledger: ManagedLedger,
+        service: BrokerService,
+        scheduler: Scheduler,
+    ) -> None:
+        self.name = name
+        self.ledger = ledger
+        self.service = service
+        self.config: BrokerConfig = service.config
+        self.scheduler = scheduler
+        self.producers: dict[str, Producer] = {}
+        self.subscriptions: dict[str, Subscription] = {}
+        self.meta_cache = EntryMetaCache()
+        self.msg_in_counter = 0
+        self.bytes_in_counter = 0
+        self.msg_out_counter = 0
+        self.bytes_out_counter = 0
+        self.closed = False
+        self._read_errors = 0
+        self.cursor_config = CursorConfig.from_broker_config(self.config)
+        self.cursor_store = MetadataCursorStateStore(service.storage.metadata, ledger.name)
+        self._restore_subscriptions()
+
+    # --- subscriptions on disk -----------------------------------------------------------
+    def _sub_key(self, sub: str) -> str:
+        return f"subscriptions/{self.name.full}/{sub}"
+
+    def _restore_subscriptions(self) -> None:
+        md = self.service.storage.metadata
+        prefix = f"subscriptions/{self.name.full}/"
+        for key in md.list_keys(prefix):
+            name = key[len(prefix) :]
+            self._add_subscription(name, self._open_cursor(name, True, EARLIEST), durable=True)
+
+    def _open_cursor(self, name: str, durable: bool, initial: Position) -> ManagedCursor:
+        return ManagedCursor(
+            name,
+            self.ledger,
+            self.cursor_store if durable else None,
+            durable=durable,
+            initial_position=initial,
+            config=self.cursor_config,
+        )
+
+    def _add_subscription(self, name: str, cursor: ManagedCursor, *, durable: bool) -> Subscription:
+        sub = Subscription(
+            self, name, cursor, durable=durable, config=self.config, scheduler=self.scheduler
+        )
+        self.subscriptions[name] = sub
+        return sub
+
+    # --- producers -----------------------------------------------------------------------
+    def add_producer(self, producer: Producer) -> None:
+        """Register ``producer``; names are unique per topic."""
+        if self.closed:
+            raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        existing = self.producers.get(producer.producer_name)
+        if existing is not None and not existing.closed:
+            raise BrokerError(
+                ServerError.ProducerBusy,
+                f"Producer with name '{producer.producer_name}' is already connected to topic",
+            )
+        self.producers[producer.producer_name] = producer
+
+    def remove_producer(self, producer: Producer) -> None:
+        """Forget ``producer``."""
+        producer.closed = True
+        if self.producers.get(producer.producer_name) is producer:
+            del self.producers[producer.producer_name]
+
+    def last_sequence_id(self, producer_name: str) -> int:
+        """The last sequence id stored for ``producer_name`` (-1 without deduplication)."""
+        return -1
+
+    def publish(
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int,
+        data: bytes,
+        on_done: Callable[[Position | None, BaseException | None], None],
+    ) -> None:
+        """Store one entry; ``on_done`` runs once it is durable (or failed)."""
+        meta = parse_entry_meta(data)
+        position, fut = self.ledger.add_entry(data)
+        self.meta_cache.put(position, meta)
+        self.msg_in_counter += meta.num_messages
+        self.bytes_in_counter += len(data)
+        producer.msg_in_counter += meta.num_messages
+        producer.bytes_in_counter += len(data)
+
+        def done(f: asyncio.Future[None]) -> None:
+            exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+            on_done(position if exc is None else None, exc)
+
+        fut.add_done_callback(done)
+
+    # --- consumers -----------------------------------------------------------------------
+    def subscribe(
+        self,
+        consumer_factory: Callable[[Subscription], Consumer],
+        *,
+        subscription: str,
+        sub_type: SubType,
+        durable: bool,
+        initial_position_earliest: bool,
+        start_message_id: Position | None,
+    ) -> Consumer:
+        """Create or join ``subscription`` and attach a new consumer built by the factory."""
+        if self.closed:
+            raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        sub = self.subscriptions.get(subscription)
+        if sub is None:
+            sub = self._create_subscription(
+                subscription, durable, initial_position_earliest, start_message_id
+            )
+        consumer = consumer_factory(sub)
+        try:
+            sub.add_consumer(consumer)
+        except BrokerError:
+            if not sub.consumers and not sub.durable:
+                self.remove_subscription(subscription)
+            raise
+        return consumer
+
+    def _create_subscription(
+        self,
+        name: str,
+        durable: bool,
+        earliest: bool,
+        start: Position | None,
+    ) -> Subscription:
+        if durable:
+            initial = EARLIEST if earliest else LATEST
+            cursor = self._open_cursor(name, True, initial)
+            self.service.storage.metadata.put(self._sub_key(name), b"{}")
+        else:
+            if start is None:
+                start = EARLIEST if earliest else LATEST
+            cursor = self._open_cursor(name, False, start)
+        return self._add_subscription(name, cursor, durable=durable)
+
+    def remove_subscription(self, name: str) -> None:
+        """Drop a subscription that lost its last consumer (readers) or was unsubscribed."""
+        sub = self.subscriptions.pop(name, None)
+        if sub is None:
+            return
+        sub.closed = True
+        if sub.dispatcher is not None:
+            sub.dispatcher.close()
+        if sub.durable:
+            self.service.storage.metadata.delete(self._sub_key(name))
+            sub.cursor.delete()
+        else:
+            sub.cursor.close()
+
+    def unsubscribe(self, name: str, consumer: Consumer | None = None) -> None:
+        """Delete ``name``; refused while other consumers are attached."""
+        sub = self.subscriptions.get(name)
+        if sub is None:
+            raise BrokerError(ServerError.SubscriptionNotFound, f"Subscription {name} not found")
+        others = [c for c in sub.consumers if c is not consumer]
+        if others:
+            raise BrokerError(
+                ServerError.UnknownError,
+                f"Subscription {name} has active consumers: unsubscribe refused",
+            )
+        if consumer is not None:
+            sub.remove_consumer(consumer)
+        self.remove_subscription(name)
+
+    # --- entries -------------------------------------------------------------------------
+    def entry_meta(self, entry: Entry) -> EntryMeta:
+        """Parsed metadata of ``entry`` (cached)."""
+        return self.meta_cache.get(entry.position, entry.data)
+
+    def known_batch_size(self, pos: Position) -> int | None:
+        """The batch size of ``pos`` if its metadata is cached."""
+        meta = self.meta_cache._cache.get(pos)
+        return meta.num_messages if meta is not None else None
+
+    def record_out(self, messages: int, nbytes: int) -> None:
+        """Account messages dispatched to consumers."""
+        self.msg_out_counter += messages
+        self.bytes_out_counter += nbytes
+
+    def log_read_error(self, exc: BaseException) -> None:
+        """A storage read failed; dispatchers back off and retry."""
+        self._read_errors += 1
+        log.error("read failed on %s: %r", self.name, exc)
+
+    def on_subscription_progress(self) -> None:
+        """A cursor's mark-delete moved: a chance to trim fully consumed ledgers."""
+
+    def flush_cursors(self) -> None:
+        """Persist changed ack state (rate limited by each cursor)."""
+        for sub in self.subscriptions.values():
+            if sub.durable and sub.cursor.is_dirty:
+                sub.cursor.persist()
+
+    async def last_message_id(self) -> tuple[Position, int]:
+        """The last stored position and its last batch index (-1 when not a batch)."""
+        lac = self.ledger.last_add_confirmed
+        if lac.entry_id < 0:
+            return lac, -1
+        entry = await self.ledger.read_entry(lac)
+        if entry is None:
+            return lac, -1
+        meta = self.entry_meta(entry)
+        return lac, meta.num_messages - 1 if meta.num_messages > 1 else -1
+
+    async def find_position_by_time(self, timestamp_ms: int) -> Position:
+        """The first position whose publish time is at or after ``timestamp_ms``."""
+        pos = await self.ledger.find_position(
+            lambda e: self.entry_meta(e).publish_time >= timestamp_ms
+        )
+        if pos is None:
+            return self.ledger.next_position(self.ledger.last_add_confirmed)
+        return pos
+
+    # --- stats ---------------------------------------------------------------------------
+    def consumer_stats(self, c: Consumer) -> dict[str, Any]:
+        """ConsumerStats with Pulsar's field names."""
+        st: dict[str, Any] = {
+            "msgRateOut": 0.0,
+            "msgThroughputOut": 0.0,
+            "bytesOutCounter": c.bytes_out_counter,
+            "msgOutCounter": c.msg_out_counter,
+            "msgRateRedeliver": 0.0,
+            "messageAckRate": 0.0,
+            "chunkedMessageRate": 0.0,
+            "consumerName": c.consumer_name,
+            "availablePermits": c.available_permits,
+            "unackedMessages": c.unacked_messages,
+            "avgMessagesPerEntry": round(c.avg_messages_per_entry),
+            "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked,
+            "lastAckedTimestamp": c.last_acked_timestamp,
+            "lastConsumedTimestamp": c.last_consumed_timestamp,
+            "lastConsumedFlowTimestamp": c.last_consumed_flow_timestamp,
+            "metadata": dict(c.metadata),
+            "address": c.transport.address,
+            "connectedSince": _iso(c.connected_since),
+            "clientVersion": c.transport.client_version,
+        }
+        sub = c.subscription
+        if sub.dispatcher is not None:
+            st.update(sub.dispatcher.consumer_stats(c))
+        return st
+
+    def stats(self) -> dict[str, Any]:
+        """TopicStats with Pulsar's field names."""
+        publishers = [
+            {
+                "accessMode": "Shared",
+                "msgRateIn": 0.0,
+                "msgThroughputIn": 0.0,
+                "averageMsgSize": 0.0,
+                "chunkedMessageRate": 0.0,
+                "producerId": p.producer_id,
+                "supportsPartialProducer": False,
+                "producerName": p.producer_name,
+                "address": p.transport.address,
+                "connectedSince": _iso(p.connected_since),
+                "clientVersion": p.transport.client_version,
+                "metadata": dict(p.metadata),
+                "msgInCounter": p.msg_in_counter,
+                "bytesInCounter": p.bytes_in_counter,
+            }
+            for p in self.producers.values()
+        ]
+        subs = {name: s.stats() for name, s in self.subscriptions.items()}
+        backlog_size = self.ledger.total_size
+        return {
+            "msgRateIn": 0.0,
+            "msgThroughputIn": 0.0,
+            "msgRateOut": 0.0,
+            "msgThroughputOut": 0.0,
+            "bytesInCounter": self.bytes_in_counter,
+            "msgInCounter": self.msg_in_counter,
+            "bytesOutCounter": self.bytes_out_counter,
+            "msgOutCounter": self.msg_out_counter,
+            "averageMsgSize": (self.bytes_in_counter / self.msg_in_counter)
+            if self.msg_in_counter
+            else 0.0,
+            "msgChunkPublished": False,
+            "storageSize": self.ledger.total_size,
+            "backlogSize": backlog_size,
+            "earliestMsgPublishTimeInBacklogs": 0,
+            "offloadedStorageSize": 0,
+            "waitingPublishers": 0,
+            "publishers": publishers,
+            "subscriptions": subs,
+            "replication": {},
+            "deduplicationStatus": "Disabled",
+            "nonContiguousDeletedMessagesRanges": sum(
+                s["nonContiguousDeletedMessagesRanges"] for s in subs.values()
+            ),
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+            "topicCreationTimeStamp": 0,
+            "lastPublishTimeStamp": 0,
+        }
+
+    def internal_stats(self) -> dict[str, Any]:
+        """PersistentTopicInternalStats with Pulsar's field names."""
+        ledger = self.ledger
+        cursors = {}
+        for name, sub in self.subscriptions.items():
+            c = sub.cursor.internal_stats()
+            disp = sub.dispatcher
+            c["subscriptionHavePendingRead"] = bool(disp and disp.have_pending_read)
+            c["subscriptionHavePendingReplayRead"] = bool(disp and disp.have_pending_replay_read)
+            cursors[name] = c
+        return {
+            "entriesAddedCounter": ledger.number_of_entries,
+            "numberOfEntries": ledger.number_of_entries,
+            "totalSize": ledger.total_size,
+            "currentLedgerEntries": ledger.ledgers[-1].entries if ledger.ledgers else 0,
+            "currentLedgerSize": ledger.ledgers[-1].size if ledger.ledgers else 0,
+            "lastLedgerCreatedTimestamp": "",
+            "waitingCursorsCount": 0,
+            "pendingAddEntriesCount": 0,
+            "lastConfirmedEntry": str(ledger.last_add_confirmed),
+            "state": "LedgerOpened",
+            "ledgers": [
+                {
+                    "ledgerId": li.ledger_id,
+                    "entries": li.entries,
+                    "size": li.size,
+                    "offloaded": False,
+                }
+                for li in ledger.ledgers
+            ],
+            "cursors": cursors,
+        }
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def close(self) -> None:
+        """Close producers, consumers and cursors (state persisted)."""
+        self.closed = True
+        for p in list(self.producers.values()):
+            p.transport.close_producer(p)
+            self.remove_producer(p)
+        for sub in list(self.subscriptions.values()):
+            sub.disconnect_all()
+            if sub.dispatcher is not None:
+                sub.dispatcher.close()
+            sub.cursor.close()
+        await self.ledger.close()
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"

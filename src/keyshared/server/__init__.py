@@ -1,0 +1,1 @@
+"""Server: asyncio connections speaking the binary protocol, authentication and TLS."""

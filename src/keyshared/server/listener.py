@@ -1,0 +1,100 @@
+"""The binary-protocol listeners (plain and TLS) and what connections share."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import ssl
+from typing import Any, Protocol
+
+from keyshared import __version__
+from keyshared.broker.service import BrokerService
+from keyshared.config import BrokerConfig
+from keyshared.server.connection import ServerConnection
+
+
+class Authenticator(Protocol):
+    """Turns CONNECT credentials into a role, or raises BrokerError(AuthenticationError)."""
+
+    def authenticate(self, method: str, data: bytes) -> str | None:
+        """The role the credentials prove."""
+
+
+class Authorizer(Protocol):
+    """Checks that a role may do an action on a topic, or raises BrokerError."""
+
+    def check(self, role: str | None, topic: str, action: str) -> None:
+        """Raise BrokerError(AuthorizationError) if ``role`` may not ``action`` on ``topic``."""
+
+
+class BrokerServer:
+    """Listens on the broker service ports and hands each connection to a ServerConnection."""
+
+    def __init__(
+        self,
+        service: BrokerService,
+        *,
+        authenticator: Authenticator | None = None,
+        authorizer: Authorizer | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.service = service
+        self.config: BrokerConfig = service.config
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.ssl_context = ssl_context
+        self.version = __version__
+        self.connections: set[ServerConnection] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._names = itertools.count()
+        self.port = 0
+        self.tls_port = 0
+
+    def new_producer_name(self) -> str:
+        """A broker-assigned producer name, unique for this broker's lifetime."""
+        return f"{self.config.clusterName}-{id(self) & 0xFFFF:x}-{next(self._names)}"
+
+    def service_url(self, transport: Any, *, tls: bool) -> str:
+        """The URL clients should use, on the address they reached us at."""
+        port = self.tls_port if tls else self.port
+        if not port:
+            return ""
+        host = self.config.advertisedAddress
+        sock = transport.get_extra_info("sockname") if transport is not None else None
+        if sock:
+            host = sock[0]
+            if ":" in host:
+                host = f"[{host}]"
+        scheme = "pulsar+ssl" if tls else "pulsar"
+        return f"{scheme}://{host}:{port}"
+
+    async def start(self) -> None:
+        """Bind the configured ports (0 picks a free one)."""
+        loop = asyncio.get_running_loop()
+        host = self.config.bindAddress
+        server = await loop.create_server(
+            lambda: ServerConnection(self), host, self.config.brokerServicePort, backlog=1024
+        )
+        self._servers.append(server)
+        self.port = server.sockets[0].getsockname()[1]
+        if self.ssl_context is not None and self.config.brokerServicePortTls:
+            tls_server = await loop.create_server(
+                lambda: ServerConnection(self, tls=True),
+                host,
+                self.config.brokerServicePortTls,
+                ssl=self.ssl_context,
+                backlog=1024,
+            )
+            self._servers.append(tls_server)
+            self.tls_port = tls_server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Stop accepting and close every connection."""
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()

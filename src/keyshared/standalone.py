@@ -1,0 +1,166 @@
+"""The standalone broker: storage, broker service, binary listener and web server in one loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from keyshared.config import BrokerConfig
+
+log = logging.getLogger("keyshared")
+
+
+@dataclass
+class StandaloneOptions:
+    """What the ``standalone`` command line gives."""
+
+    data_dir: str | None = None
+    broker_port: int | None = None
+    web_port: int | None = None
+    config_file: str | None = None
+    bind_address: str | None = None
+
+
+def build_config(opts: StandaloneOptions) -> BrokerConfig:
+    """Defaults, then the config file, then the environment, then the flags."""
+    from keyshared.config import load_config
+
+    overrides: dict[str, str] = {}
+    if opts.data_dir is not None:
+        overrides["dataDir"] = opts.data_dir
+    if opts.broker_port is not None:
+        overrides["brokerServicePort"] = str(opts.broker_port)
+    if opts.web_port is not None:
+        overrides["webServicePort"] = str(opts.web_port)
+    if opts.bind_address is not None:
+        overrides["bindAddress"] = opts.bind_address
+    path = Path(opts.config_file) if opts.config_file else None
+    return load_config(path, overrides=overrides)
+
+
+class Standalone:
+    """Everything a standalone broker runs, started and stopped in order."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.storage: Any = None
+        self.service: Any = None
+        self.server: Any = None
+        self.web: Any = None
+        self._stop = asyncio.Event()
+
+    async def start(self) -> None:
+        """Open storage, listen on the binary port, then bring up the web server."""
+        from keyshared.broker.service import BrokerService
+        from keyshared.server.listener import BrokerServer
+        from keyshared.server.security import build_security
+        from keyshared.storage.store import Storage, StorageConfig
+
+        cfg = self.config
+        data_dir = Path(cfg.dataDir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.storage = Storage(
+            data_dir,
+            StorageConfig(
+                journal_sync_data=cfg.journalSyncData,
+                max_entries_per_ledger=cfg.managedLedgerMaxEntriesPerLedger,
+                max_size_per_ledger_mb=cfg.managedLedgerMaxSizePerLedgerMbytes,
+                cache_size_bytes=cfg.managedLedgerCacheSizeMB * 1024 * 1024,
+            ),
+        )
+        self.storage.open()
+        self.service = BrokerService(cfg, self.storage)
+        authn, authz, ssl_ctx, _ = build_security(cfg)
+        self.server = BrokerServer(
+            self.service, authenticator=authn, authorizer=authz, ssl_context=ssl_ctx
+        )
+        await self.server.start()
+        from keyshared.admin.web import WebServer
+
+        self.web = WebServer(self)
+        await self.web.start()
+
+    def request_stop(self) -> None:
+        """Ask the broker to shut down (signal handlers call this)."""
+        self._stop.set()
+
+    async def wait(self) -> None:
+        """Run until asked to stop."""
+        await self._stop.wait()
+
+    async def stop(self) -> None:
+        """Stop listening, close topics (persisting cursors), close storage."""
+        if self.web is not None:
+            await self.web.stop()
+        if self.server is not None:
+            await self.server.stop()
+        if self.service is not None:
+            await self.service.close()
+        if self.storage is not None:
+            await self.storage.close()
+
+
+async def _run(config: BrokerConfig, started: float) -> None:
+    app = Standalone(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, app.request_stop)
+    try:
+        await app.start()
+        elapsed = (time.monotonic() - started) * 1000
+        host = config.advertisedAddress
+        lines = [
+            f"keyshared standalone ready in {elapsed:.0f} ms",
+            f"  broker service: pulsar://{host}:{app.server.port}",
+        ]
+        if app.server.tls_port:
+            lines.append(f"  broker service TLS: pulsar+ssl://{host}:{app.server.tls_port}")
+        lines.append(f"  web service:    http://{host}:{app.web.port}")
+        if app.web.tls_port:
+            lines.append(f"  web service TLS: https://{host}:{app.web.tls_port}")
+        lines.append(f"  data directory: {Path(config.dataDir).resolve()}")
+        print("\n".join(lines), flush=True)
+        await app.wait()
+    finally:
+        print("keyshared: shutting down", flush=True)
+        await app.stop()
+        print("keyshared: stopped", flush=True)
+
+
+def run_standalone(opts: StandaloneOptions, started: float | None = None) -> int:
+    """Run the standalone broker until SIGTERM or Ctrl-C. Returns the exit code."""
+    started = time.monotonic() if started is None else started
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from keyshared.config import ConfigError
+
+    try:
+        config = build_config(opts)
+    except (ConfigError, OSError) as exc:
+        print(f"keyshared: configuration error: {exc}", file=sys.stderr)
+        return 2
+    for key in config.unknown_keys:
+        print(f"keyshared: warning: unknown configuration key {key!r} (ignored)", file=sys.stderr)
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+        runner = asyncio.run
+    try:
+        runner(_run(config, started))
+    except KeyboardInterrupt:  # pragma: no cover - the signal handler normally catches it
+        pass
+    except OSError as exc:
+        print(f"keyshared: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
