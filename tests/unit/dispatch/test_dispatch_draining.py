@@ -216,6 +216,21 @@ def test_register_draining_hashes_skips_the_changed_consumer() -> None:
     assert tracker.draining_hashes_of(c2) == []
 
 
+def test_hash_moving_back_to_its_drainer_stops_draining() -> None:
+    tracker, calls, c1, c2 = make()
+    tracker.register_draining_hashes(
+        ImpactedRanges.from_moves([RangeMove(1, 10, c1, c2)]), {c1: [5, 5]}.__getitem__
+    )
+    assert tracker.should_block_sticky_key_hash(c2, 5)
+    # c2 leaves and the range returns to c1: nothing to wait for any more.
+    tracker.register_draining_hashes(
+        ImpactedRanges.from_moves([RangeMove(1, 10, c2, c1)]), {c2: []}.__getitem__, skip=c2
+    )
+    assert tracker.get_entry(5) is None
+    assert tracker.consumer_stats(c1).draining_hashes_cleared_total == 1
+    assert calls == []
+
+
 def test_ordering_when_adding_consumers_scenario() -> None:
     """Row 11 at unit level: c1 holds keys 0..9, c2 joins, c2 is blocked until c1 leaves."""
     selector = ConsistentHashingStickyKeyConsumerSelector[FakeConsumer](100)

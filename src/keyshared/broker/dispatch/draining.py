@@ -7,10 +7,12 @@ batch counts once) the old owner holds for the hash; ``blocked_count`` counts re
 
 Differences from Pulsar 4.x's ``DrainingHashesTracker``, both deliberate:
 
-* Registering a hash that is already draining for the *same* consumer sets its count to the number
-  of entries that consumer holds instead of adding them again. Pulsar adds, so a hash that moved
-  away, came back without a delivery, and moved away again is counted twice and stays blocked until
-  the consumer disconnects.
+* A hash that moves back to the consumer draining it stops draining at that change, and
+  registering a hash already draining for the *same* consumer sets its count to the entries that
+  consumer holds rather than adding them again. Pulsar 4.0 did neither, so a hash that moved away,
+  came back without a delivery and moved away again (a consumer reconnecting under the same name)
+  was counted twice and stayed blocked until the old owner disconnected (apache/pulsar#23845,
+  fixed upstream by PR 24736).
 * :meth:`DrainingHashesTracker.would_block` and :meth:`DrainingHashesTracker.blocker_of` answer
   questions without side effects (for look-ahead and for "what blocks this hash").
 
@@ -235,6 +237,14 @@ class DrainingHashesTracker(Generic[C]):
         ``skip`` is the consumer being added or removed (it has nothing to drain: a new consumer
         holds nothing and a leaving one gives its entries back).
         """
+        if self._entries and impacted:
+            # A hash that moved back to the consumer draining it stops draining now, rather than
+            # lingering until that consumer's next delivery of it (Pulsar #23845 / PR 24736).
+            for sticky_hash, entry in list(self._entries.items()):
+                change = impacted.owner_change(sticky_hash)
+                if change is not None and change[1] is entry.consumer:
+                    del self._entries[sticky_hash]
+                    self._clear_stat(entry.consumer, sticky_hash)
         for consumer, removed in impacted.removed_ranges_by_consumer().items():
             if consumer is not skip:
                 self.start_draining_hashes_for_consumer(
