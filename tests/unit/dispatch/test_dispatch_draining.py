@@ -231,6 +231,22 @@ def test_hash_moving_back_to_its_drainer_stops_draining() -> None:
     assert calls == []
 
 
+def test_blocker_of_lists_the_unacked_positions_holding_the_hash() -> None:
+    tracker, _, c1, c2 = make()
+    pending = PendingAcksMap[FakeConsumer, tuple[int, int]](c1, remove_handler=tracker)
+    for entry, h in [(4, 9), (1, 9), (2, 8), (3, 9)]:
+        pending.add_pending_ack_if_allowed((1, entry), 1, h)
+    impacted = ImpactedRanges.from_moves([RangeMove(9, 9, c1, c2)])
+    tracker.register_draining_hashes(impacted, lambda c: pending.sticky_hashes())
+    lookup = {c1: pending}.get
+    blocker = tracker.blocker_of(9, lookup)
+    assert blocker == HashBlocker(9, c1, 3, 0, ((1, 1), (1, 3), (1, 4)))
+    pending.remove((1, 3))
+    blocker = tracker.blocker_of(9, lookup)
+    assert blocker is not None and blocker.positions == ((1, 1), (1, 4))
+    assert tracker.blocker_of(8, lookup) is None
+
+
 def test_ordering_when_adding_consumers_scenario() -> None:
     """Row 11 at unit level: c1 holds keys 0..9, c2 joins, c2 is blocked until c1 leaves."""
     selector = ConsistentHashingStickyKeyConsumerSelector[FakeConsumer](100)

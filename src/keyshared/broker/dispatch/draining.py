@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic
 
+from keyshared.broker.dispatch.pending_acks import PendingAcksMap
 from keyshared.broker.dispatch.sel_base import C
 from keyshared.broker.dispatch.sel_hashing import STICKY_KEY_HASH_NOT_SET
 from keyshared.broker.dispatch.sel_ranges import ImpactedRanges, RemovedHashRanges
@@ -96,12 +97,16 @@ class DrainingHashesStats:
 
 @dataclass(frozen=True, slots=True)
 class HashBlocker(Generic[C]):
-    """Why a hash is blocked: the consumer draining it and what it still holds."""
+    """Why a hash is blocked: the consumer draining it and what it still holds.
+
+    ``positions`` are the unacked positions holding it, when the caller let us look them up.
+    """
 
     sticky_hash: int
     consumer: C
     unacked_entries: int
     blocked_attempts: int
+    positions: tuple[Any, ...] = ()
 
 
 class _ConsumerStats:
@@ -285,12 +290,29 @@ class DrainingHashesTracker(Generic[C]):
         """The draining entry of ``sticky_hash``, if it is draining."""
         return self._entries.get(sticky_hash)
 
-    def blocker_of(self, sticky_hash: int) -> HashBlocker[C] | None:
-        """What blocks ``sticky_hash``: its draining consumer and its unacked entry count."""
+    def blocker_of(
+        self,
+        sticky_hash: int,
+        pending_acks_of: Callable[[C], PendingAcksMap[C, Any] | None] | None = None,
+    ) -> HashBlocker[C] | None:
+        """What blocks ``sticky_hash``: the consumer draining it, its unacked entry count, and
+        (given ``pending_acks_of``, the consumer -> its pending acks lookup) the positions.
+
+        ``None`` when the hash is not draining.
+        """
         entry = self._entries.get(sticky_hash)
         if entry is None:
             return None
-        return HashBlocker(sticky_hash, entry.consumer, entry.ref_count, entry.blocked_count)
+        positions: tuple[Any, ...] = ()
+        if pending_acks_of is not None:
+            pending = pending_acks_of(entry.consumer)
+            if pending is not None:
+                positions = tuple(
+                    pending.positions_for_sticky_hash(sticky_hash, limit=entry.ref_count)
+                )
+        return HashBlocker(
+            sticky_hash, entry.consumer, entry.ref_count, entry.blocked_count, positions
+        )
 
     def draining_hashes_of(self, consumer: C) -> list[int]:
         """The hashes ``consumer`` is draining, ascending."""
