@@ -82,6 +82,11 @@ class Standalone:
             self.service, authenticator=authn, authorizer=authz, ssl_context=ssl_ctx
         )
         await self.server.start()
+        self.service.start_background_tasks()
+        print(
+            f"keyshared broker listening on pulsar://{cfg.advertisedAddress}:{self.server.port}",
+            flush=True,
+        )
         from keyshared.admin.web import WebServer
 
         self.web = WebServer(self)

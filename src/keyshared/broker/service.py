@@ -170,11 +170,26 @@ class BrokerService:
                 await self.delete_topic(part, force=force)
         self.storage.metadata.delete(PARTITIONS_PREFIX + name.full)
 
-    def load_existing_topics(self) -> None:
-        """Nothing to do eagerly: topics load on first use, so start-up stays fast."""
+    def start_background_tasks(self) -> None:
+        """Start the periodic work: persisting changed cursor state."""
+        self._flush_task = asyncio.ensure_future(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        # Each cursor rate-limits itself (managedLedgerDefaultMarkDeleteRateLimit); asking every
+        # second bounds how long an ack can stay only in memory once acks stop coming.
+        while True:
+            await asyncio.sleep(1.0)
+            for topic in list(self.topics.values()):
+                try:
+                    topic.flush_cursors()
+                except Exception:  # pragma: no cover - keep flushing the others
+                    log.exception("flushing cursors of %s", topic.name)
 
     async def close(self) -> None:
         """Close every topic, persisting cursor state."""
+        task = getattr(self, "_flush_task", None)
+        if task is not None:
+            task.cancel()
         for topic in list(self.topics.values()):
             try:
                 await topic.close()
