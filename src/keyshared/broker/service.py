@@ -155,6 +155,8 @@ class BrokerService:
         await topic.close()
         for sub in list(topic.subscriptions):
             topic.remove_subscription(sub)
+        if topic.dedup is not None:
+            topic.dedup.delete()
         self.topics.pop(name.full, None)
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.broker.consumer import Consumer, SubType
+from keyshared.broker.dedup import Deduplication, Verdict
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from keyshared.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
+
+
+PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
 class ProducerTransport(Protocol):
@@ -96,6 +100,12 @@ class PersistentTopic:
         self._read_errors = 0
         self.cursor_config = CursorConfig.from_broker_config(self.config)
         self.cursor_store = MetadataCursorStateStore(service.storage.metadata, ledger.name)
+        self.dedup: Deduplication | None = None
+        # Sends that arrive while deduplication state is being recovered wait here.
+        self._held: list[tuple[Producer, int, int, bytes, PublishCallback]] | None = None
+        self.ready: asyncio.Future[None] | None = None
+        if self.config.brokerDeduplicationEnabled:
+            self._enable_dedup()
         self._restore_subscriptions()
 
     # --- subscriptions on disk -----------------------------------------------------------
@@ -145,9 +155,24 @@ class PersistentTopic:
         if self.producers.get(producer.producer_name) is producer:
             del self.producers[producer.producer_name]
 
+    # --- deduplication -------------------------------------------------------------------
+    def _enable_dedup(self) -> None:
+        self.dedup = Deduplication(self.name.full, self.ledger, self.service.storage.metadata)
+        self._held = []
+        self.ready = asyncio.ensure_future(self._recover_dedup())
+
+    async def _recover_dedup(self) -> None:
+        assert self.dedup is not None
+        try:
+            await self.dedup.recover()
+        finally:
+            held, self._held = self._held or [], None
+            for args in held:
+                self.publish(*args)
+
     def last_sequence_id(self, producer_name: str) -> int:
         """The last sequence id stored for ``producer_name`` (-1 without deduplication)."""
-        return -1
+        return self.dedup.last_sequence_id(producer_name) if self.dedup is not None else -1
 
     def publish(
         self,
@@ -155,11 +180,23 @@ class PersistentTopic:
         sequence_id: int,
         highest_sequence_id: int,
         data: bytes,
-        on_done: Callable[[Position | None, BaseException | None], None],
+        on_done: PublishCallback,
     ) -> None:
         """Store one entry; ``on_done`` runs once it is durable (or failed)."""
+        if self._held is not None:
+            self._held.append((producer, sequence_id, highest_sequence_id, data, on_done))
+            return
         meta = parse_entry_meta(data)
+        dedup = self.dedup
+        name = producer.producer_name
+        if dedup is not None:
+            verdict = dedup.check(name, sequence_id, highest_sequence_id)
+            if verdict.duplicate:
+                self._answer_duplicate(verdict, on_done)
+                return
         position, fut = self.ledger.add_entry(data)
+        if dedup is not None:
+            dedup.pushed_send(name, sequence_id, highest_sequence_id, position, fut)
         self.meta_cache.put(position, meta)
         self.msg_in_counter += meta.num_messages
         self.bytes_in_counter += len(data)
@@ -168,7 +205,27 @@ class PersistentTopic:
 
         def done(f: asyncio.Future[None]) -> None:
             exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+            if dedup is not None:
+                if exc is None:
+                    dedup.persisted_send(name, sequence_id, highest_sequence_id, position)
+                else:
+                    dedup.failed_send(name, sequence_id)
             on_done(position if exc is None else None, exc)
+
+        fut.add_done_callback(done)
+
+    @staticmethod
+    def _answer_duplicate(verdict: Verdict, on_done: PublishCallback) -> None:
+        """Confirm a resent message with the original's id, never storing it again."""
+        original = verdict.position or Position(-1, -1)
+        fut = verdict.in_flight
+        if fut is None:
+            on_done(original, None)
+            return
+
+        def done(f: asyncio.Future[None]) -> None:
+            exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+            on_done(original if exc is None else None, exc)
 
         fut.add_done_callback(done)
 
@@ -368,7 +425,7 @@ class PersistentTopic:
             "publishers": publishers,
             "subscriptions": subs,
             "replication": {},
-            "deduplicationStatus": "Disabled",
+            "deduplicationStatus": "Enabled" if self.dedup is not None else "Disabled",
             "nonContiguousDeletedMessagesRanges": sum(
                 s["nonContiguousDeletedMessagesRanges"] for s in subs.values()
             ),
@@ -422,6 +479,8 @@ class PersistentTopic:
             if sub.dispatcher is not None:
                 sub.dispatcher.close()
             sub.cursor.close()
+        if self.dedup is not None and self._held is None:
+            self.dedup.snapshot()
         await self.ledger.close()
 
 

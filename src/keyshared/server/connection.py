@@ -195,7 +195,9 @@ class ServerConnection(asyncio.Protocol):
         self.send_command(
             T(
                 type=T.ERROR,
-                error=pb.CommandError(request_id=request_id, error=_wire_error(code), message=message),
+                error=pb.CommandError(
+                    request_id=request_id, error=_wire_error(code), message=message
+                ),
             )
         )
 
@@ -398,6 +400,21 @@ class ServerConnection(asyncio.Protocol):
             self._error(request_id, exc.code, exc.message)
             return
         self.producers[r.producer_id] = producer
+        ready = topic.ready
+        if ready is not None and not ready.done():
+            # The last sequence id is known only once deduplication state is recovered.
+            self._spawn(self._producer_success_when_ready(ready, request_id, producer))
+            return
+        self._producer_success(request_id, producer)
+
+    async def _producer_success_when_ready(
+        self, ready: asyncio.Future[None], request_id: int, producer: Producer
+    ) -> None:
+        try:
+            await asyncio.shield(ready)
+        except Exception as exc:
+            self._error(request_id, ServerError.MetadataError, f"Topic not ready: {exc}")
+            return
         self._producer_success(request_id, producer)
 
     def _producer_success(self, request_id: int, producer: Producer) -> None:
