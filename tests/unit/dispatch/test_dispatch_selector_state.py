@@ -97,6 +97,13 @@ class SelectorMachine(RuleBasedStateMachine):
             assert assignments == []
         assert set(self.selector.consumers()) == live
 
+    def teardown(self) -> None:
+        # Once per run, every hash: select() (a table lookup) against the published ranges.
+        lo, hi = self.selector.key_hash_range
+        select, owners = self.selector.select, self.owners
+        wrong = [h for h in range(lo, hi + 1) if select(h) is not owners[h]]
+        assert not wrong, wrong[:10]
+
     @invariant()
     def select_agrees_with_ranges(self) -> None:
         probes = set(range(0, 65536, 257))

@@ -24,14 +24,15 @@ from keyshared.broker.dispatch.sel_ranges import (
     diff_assignments,
     ranges_by_consumer,
 )
+from keyshared.broker.dispatch.sel_table import EMPTY_TABLE, TABLE_SIZE, apply_moves
 
 
 class HashRangeAutoSplitStickyKeyConsumerSelector(Generic[C]):
     """Contiguous ranges split in halves on join, handed to a neighbour on leave."""
 
     def __init__(self, range_size: int = DEFAULT_RANGE_SIZE) -> None:
-        if range_size < 2 or range_size & (range_size - 1):
-            raise ValueError("range_size must be a power of 2 and at least 2")
+        if not 2 <= range_size <= TABLE_SIZE or range_size & (range_size - 1):
+            raise ValueError(f"range_size must be a power of 2 within [2, {TABLE_SIZE}]")
         self.key_hash_range_size = range_size
         self.key_hash_range: HashRange = (0, range_size - 1)
         # Upper bounds (sorted) and their owners, parallel, so select() is one bisect.
@@ -39,6 +40,7 @@ class HashRangeAutoSplitStickyKeyConsumerSelector(Generic[C]):
         self._owners: list[C] = []
         self._bound_of: dict[C, int] = {}
         self._snapshot: list[Assignment[C]] = []
+        self._table: Sequence[C | None] = EMPTY_TABLE
 
     def sticky_key_hash(self, key: bytes) -> int:
         """Slot formula of this selector: ``pulsar_hash(key) % 65536``, 0 folded to 1."""
@@ -110,10 +112,14 @@ class HashRangeAutoSplitStickyKeyConsumerSelector(Generic[C]):
             after.append((start, bound, owner))
             start = bound + 1
         self._snapshot = after
-        return diff_assignments(before, after)
+        impacted = diff_assignments(before, after)
+        self._table = apply_moves(self._table, impacted.moves, not after)
+        return impacted
 
     def select(self, sticky_key_hash: int) -> C | None:
         """The consumer whose range holds ``sticky_key_hash``, or ``None`` if there is none."""
+        if 0 <= sticky_key_hash < TABLE_SIZE:
+            return self._table[sticky_key_hash]
         i = bisect_left(self._bounds, sticky_key_hash)
         return self._owners[i] if i < len(self._owners) else None
 

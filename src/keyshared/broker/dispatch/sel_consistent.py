@@ -28,6 +28,7 @@ from keyshared.broker.dispatch.sel_ranges import (
     RangeMove,
     ranges_by_consumer,
 )
+from keyshared.broker.dispatch.sel_table import EMPTY_TABLE, TABLE_SIZE, apply_moves
 
 DEFAULT_REPLICA_POINTS = 100
 """``subscriptionKeySharedConsistentHashingReplicaPoints`` default."""
@@ -84,6 +85,7 @@ class ConsistentHashingStickyKeyConsumerSelector(Generic[C]):
         self._consumers: dict[C, tuple[int, tuple[int, ...]]] = {}
         self._names = _NameIndexTracker()
         self._snapshot: list[Assignment[C]] | None = None
+        self._table: Sequence[C | None] = EMPTY_TABLE
         self.last_add_collisions = 0
 
     # --- hashing -------------------------------------------------------------------------
@@ -114,7 +116,7 @@ class ConsistentHashingStickyKeyConsumerSelector(Generic[C]):
             if holders is None:
                 entries[point] = [consumer]
                 new_points.append(point)
-                previous_owners.append(self.select(point))
+                previous_owners.append(self._select_on_ring(point))
             else:
                 holders.append(consumer)
                 collisions += 1
@@ -131,7 +133,7 @@ class ConsistentHashingStickyKeyConsumerSelector(Generic[C]):
             for point, before in zip(new_points, previous_owners, strict=True)
             for move in self._arc_moves(point, before, consumer)
         ]
-        return ImpactedRanges.from_moves(moves)
+        return self._changed(moves)
 
     def remove_consumer(self, consumer: C) -> ImpactedRanges[C]:
         """Take ``consumer``'s points off the ring (no-op for an unknown consumer)."""
@@ -166,10 +168,15 @@ class ConsistentHashingStickyKeyConsumerSelector(Generic[C]):
             del self._points[i]
             del self._owners[i]
         for point, bounds in deleted_arcs:
-            after = self.select(point)
+            after = self._select_on_ring(point)
             moves.extend(RangeMove(lo, hi, consumer, after) for lo, hi in bounds)
         self._snapshot = None
-        return ImpactedRanges.from_moves(moves)
+        return self._changed(moves)
+
+    def _changed(self, moves: list[RangeMove[C]]) -> ImpactedRanges[C]:
+        impacted = ImpactedRanges.from_moves(moves)
+        self._table = apply_moves(self._table, impacted.moves, not self._points)
+        return impacted
 
     def _arc_bounds(self, point: int) -> list[HashRange]:
         """The hashes ``point`` owns on the current ring (the first point also owns the tail)."""
@@ -189,6 +196,11 @@ class ConsistentHashingStickyKeyConsumerSelector(Generic[C]):
     # --- lookup --------------------------------------------------------------------------
     def select(self, sticky_key_hash: int) -> C | None:
         """The consumer owning ``sticky_key_hash`` (ceiling point, wrapping), or ``None``."""
+        if 0 < sticky_key_hash < TABLE_SIZE:
+            return self._table[sticky_key_hash]
+        return self._select_on_ring(sticky_key_hash)
+
+    def _select_on_ring(self, sticky_key_hash: int) -> C | None:
         owners = self._owners
         if not owners:
             return None

@@ -9,7 +9,7 @@ consumers, so there is nothing to drain.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Generic
 
 from keyshared.broker.dispatch.sel_base import C, ConsumerAssignError, HashRange
@@ -20,14 +20,15 @@ from keyshared.broker.dispatch.sel_ranges import (
     RangeMove,
     ranges_by_consumer,
 )
+from keyshared.broker.dispatch.sel_table import EMPTY_TABLE, TABLE_SIZE, apply_moves
 
 
 class HashRangeExclusiveStickyKeyConsumerSelector(Generic[C]):
     """Client-chosen, non-overlapping ranges; uncovered hashes have no consumer."""
 
     def __init__(self, range_size: int = DEFAULT_RANGE_SIZE) -> None:
-        if range_size < 1:
-            raise ValueError("range_size must be at least 1")
+        if not 1 <= range_size <= TABLE_SIZE:
+            raise ValueError(f"range_size must be within [1, {TABLE_SIZE}]")
         self.key_hash_range_size = range_size
         self.key_hash_range: HashRange = (0, range_size - 1)
         # Ranges sorted by start, as three parallel lists so select() is one bisect.
@@ -35,6 +36,7 @@ class HashRangeExclusiveStickyKeyConsumerSelector(Generic[C]):
         self._ends: list[int] = []
         self._owners: list[C] = []
         self._ranges_of: dict[C, list[HashRange]] = {}
+        self._table: Sequence[C | None] = EMPTY_TABLE
 
     def sticky_key_hash(self, key: bytes) -> int:
         """Slot formula of this selector: ``pulsar_hash(key) % 65536``, 0 folded to 1."""
@@ -103,7 +105,7 @@ class HashRangeExclusiveStickyKeyConsumerSelector(Generic[C]):
             self._ends.insert(i, end)
             self._owners.insert(i, consumer)
         self._ranges_of[consumer] = ordered
-        return ImpactedRanges.from_moves(RangeMove(s, e, None, consumer) for s, e in ordered)
+        return self._changed(RangeMove(s, e, None, consumer) for s, e in ordered)
 
     def remove_consumer(self, consumer: C) -> ImpactedRanges[C]:
         """Drop ``consumer``'s ranges; its hashes have no consumer until someone covers them."""
@@ -115,11 +117,19 @@ class HashRangeExclusiveStickyKeyConsumerSelector(Generic[C]):
             del self._starts[i]
             del self._ends[i]
             del self._owners[i]
-        return ImpactedRanges.from_moves(RangeMove(s, e, consumer, None) for s, e in ranges)
+        return self._changed(RangeMove(s, e, consumer, None) for s, e in ranges)
+
+    def _changed(self, moves: Iterable[RangeMove[C]]) -> ImpactedRanges[C]:
+        impacted = ImpactedRanges.from_moves(moves)
+        self._table = apply_moves(self._table, impacted.moves, not self._ranges_of)
+        return impacted
 
     def select(self, sticky_key_hash: int) -> C | None:
         """The consumer whose range holds the hash, or ``None`` when no range covers it."""
-        slot = sticky_key_hash % self.key_hash_range_size
+        size = self.key_hash_range_size
+        if 0 <= sticky_key_hash < size:
+            return self._table[sticky_key_hash]
+        slot = sticky_key_hash % size
         i = bisect_right(self._starts, slot) - 1
         if i >= 0 and slot <= self._ends[i]:
             return self._owners[i]
