@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import mmh3
 
+_murmur3 = mmh3.hash  # bound once: this runs for every dispatched entry
+
 STICKY_KEY_HASH_NOT_SET = 0
 """Pulsar reserves sticky hash 0 for "not computed"; no slot formula ever yields it."""
 
@@ -21,7 +23,8 @@ CONSISTENT_HASHING_RANGE_END = DEFAULT_RANGE_SIZE - 1
 
 def pulsar_hash(key: bytes) -> int:
     """Pulsar's ``Murmur3_32Hash.makeHash``: MurmurHash3 x86_32, seed 0, masked to 31 bits."""
-    return int(mmh3.hash(key, 0, signed=False)) & 0x7FFFFFFF
+    value: int = _murmur3(key, 0, False)
+    return value & 0x7FFFFFFF
 
 
 def make_sticky_key_hash(key: bytes, range_start: int, range_end: int) -> int:
@@ -35,10 +38,11 @@ def make_sticky_key_hash(key: bytes, range_start: int, range_end: int) -> int:
 
 def consistent_hashing_slot(key: bytes) -> int:
     """Slot used by the consistent-hashing selector: ``pulsar_hash % 65535 + 1`` (1..65535)."""
-    return pulsar_hash(key) % CONSISTENT_HASHING_RANGE_END + 1
+    value: int = _murmur3(key, 0, False)
+    return (value & 0x7FFFFFFF) % CONSISTENT_HASHING_RANGE_END + 1
 
 
 def hash_range_slot(key: bytes, range_size: int = DEFAULT_RANGE_SIZE) -> int:
     """Slot used by the auto-split and sticky selectors: ``pulsar_hash % 65536``, 0 folded to 1."""
-    value = pulsar_hash(key) % range_size
-    return 1 if value == STICKY_KEY_HASH_NOT_SET else value
+    value: int = (_murmur3(key, 0, False) & 0x7FFFFFFF) % range_size
+    return value or 1
