@@ -57,6 +57,10 @@ class Frame:
     exactly the bytes the sender checksummed. ``checksum`` is the CRC32C found on the wire (None
     if the frame had none) and ``checksum_ok`` whether it matched; a frame without a checksum is
     ``checksum_ok``.
+
+    The command has its required fields, its type's sub-message, and valid UTF-8 in that
+    sub-message's strings. Other sub-messages a peer may have added are not checked; read only
+    the one its type names.
     """
 
     command: pb.BaseCommand

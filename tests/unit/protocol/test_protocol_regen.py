@@ -1,34 +1,92 @@
 """The committed generated module must be exactly what protoc makes from the committed schema."""
 
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from google.protobuf import descriptor_pb2
 from google.protobuf.message import Message
 
 from keyshared.protocol import pb, regen
 
+if importlib.util.find_spec("grpc_tools") is None:
+    pytest.skip("grpcio-tools (dev dependency) is not installed", allow_module_level=True)
 
-def test_regenerated_module_matches_committed_files(tmp_path: Path) -> None:
-    pytest.importorskip("grpc_tools")
-    fresh = regen.generate(tmp_path)
+_VERSION_PREFIX = "# Protobuf Python Version:"
+
+
+def _gencode_version(path: Path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith(_VERSION_PREFIX):
+            return line.removeprefix(_VERSION_PREFIX).strip()
+    raise AssertionError(f"no version line in {path}")
+
+
+@pytest.fixture(scope="module")
+def fresh_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("regen")
+    fresh = regen.generate(out)
     assert [p.name for p in fresh] == list(regen.GENERATED_NAMES)
-    for path in fresh:
-        committed = regen.PROTO_DIR / path.name
-        assert committed.read_bytes() == path.read_bytes(), (
-            f"{path.name} is stale: run python -m keyshared.protocol.regen"
+    return out
+
+
+def _same_protoc(fresh_dir: Path) -> bool:
+    committed = _gencode_version(regen.PROTO_DIR / "pulsar_api_pb2.py")
+    return _gencode_version(fresh_dir / "pulsar_api_pb2.py") == committed
+
+
+def test_regenerated_module_matches_committed_files(fresh_dir: Path) -> None:
+    if not _same_protoc(fresh_dir):
+        pytest.skip(
+            "the installed protoc version differs from the one that made the committed module; "
+            "test_committed_descriptor_matches_the_schema still checks the schema"
+        )
+    for name in regen.GENERATED_NAMES:
+        assert (regen.PROTO_DIR / name).read_bytes() == (fresh_dir / name).read_bytes(), (
+            f"{name} is stale: run python -m keyshared.protocol.regen"
         )
 
 
-def test_check_mode_reports_up_to_date() -> None:
-    pytest.importorskip("grpc_tools")
-    assert regen.main(["--check"]) == 0
+def _strip_json_names(message: descriptor_pb2.DescriptorProto) -> None:
+    for field in message.field:
+        field.ClearField("json_name")
+    for nested in message.nested_type:
+        _strip_json_names(nested)
 
 
-def test_check_mode_detects_a_stale_file(tmp_path: Path) -> None:
-    pytest.importorskip("grpc_tools")
-    regen.generate(tmp_path)
-    (tmp_path / "pulsar_api_pb2.pyi").write_text("# edited by hand\n")
-    assert regen.stale_files(tmp_path) == ["pulsar_api_pb2.pyi"]
+def test_committed_descriptor_matches_the_schema(tmp_path: Path) -> None:
+    # Independent of the protoc version: the schema compiled now must equal the one embedded in
+    # the committed module (protoc adds json_name to descriptor sets, the gencode does not).
+    out = tmp_path / "set.bin"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"--proto_path={regen.PROTO_DIR}",
+            f"--descriptor_set_out={out}",
+            regen.PROTO_NAME,
+        ],
+        check=True,
+    )
+    (compiled,) = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file
+    for message in compiled.message_type:
+        _strip_json_names(message)
+    embedded = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
+    assert compiled == embedded, "pulsar_api_pb2 is stale: run python -m keyshared.protocol.regen"
+
+
+def test_check_mode(fresh_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert regen.stale_files(fresh_dir) == []
+    (fresh_dir / "pulsar_api_pb2.pyi").write_text("# edited by hand\n")
+    assert regen.stale_files(fresh_dir) == ["pulsar_api_pb2.pyi"]
+    if _same_protoc(fresh_dir):
+        assert regen.main(["--check"]) == 0
+        assert "up to date" in capsys.readouterr().out
 
 
 def test_server_error_enum_stops_at_25() -> None:
@@ -61,3 +119,25 @@ def test_required_fields_match_pulsar() -> None:
     assert required(pb.SingleMessageMetadata) == {"payload_size"}
     assert required(pb.CommandGetLastMessageIdResponse) == {"last_message_id", "request_id"}
     assert required(pb.KeySharedMeta) == {"keySharedMode"}
+    assert required(pb.CommandSubscribe) == {
+        "topic",
+        "subscription",
+        "subType",
+        "consumer_id",
+        "request_id",
+    }
+    assert required(pb.CommandAck) == {"consumer_id", "ack_type"}
+    assert required(pb.CommandFlow) == {"consumer_id", "messagePermits"}
+    assert required(pb.CommandSend) == {"producer_id", "sequence_id"}
+
+
+def test_field_numbers_of_message_metadata() -> None:
+    numbers = {f.name: f.number for f in pb.MessageMetadata.DESCRIPTOR.fields}
+    assert numbers["partition_key"] == 6
+    assert numbers["compression"] == 8
+    assert numbers["num_messages_in_batch"] == 11
+    assert numbers["ordering_key"] == 18
+    assert numbers["deliver_at_time"] == 19
+    assert numbers["highest_sequence_id"] == 24
+    assert numbers["null_value"] == 25
+    assert (numbers["uuid"], numbers["chunk_id"], numbers["null_partition_key"]) == (26, 29, 30)
