@@ -150,6 +150,34 @@ def create_app(service: BrokerService) -> FastAPI:
             parts[part.full] = service.get_topic(part, create=True).stats()
         return _aggregate_partitioned(n, parts, per_partition=perPartition)
 
+    @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/hashBlockers")
+    async def hash_blockers(
+        tenant: str,
+        namespace: str,
+        topic: str,
+        sub: str,
+        hash: int | None = Query(None, ge=0, le=65535),
+        key: str | None = Query(None),
+    ) -> Any:
+        """What blocks a hash (or a key) of a Key_Shared subscription, and who holds it."""
+        t = existing_topic(tenant, namespace, topic)
+        s = t.subscriptions.get(sub)
+        if s is None:
+            raise BrokerError(ServerError.SubscriptionNotFound, f"Subscription {sub} not found")
+        disp = s.dispatcher
+        what_blocks = getattr(disp, "what_blocks", None)
+        if what_blocks is None:
+            raise BrokerError(
+                ServerError.NotAllowedError, f"Subscription {sub} is not a Key_Shared subscription"
+            )
+        if (hash is None) == (key is None):
+            raise BrokerError(ServerError.NotAllowedError, "Give exactly one of hash= or key=")
+        slot = disp.slot_of_key(key.encode()) if key is not None else hash
+        result: dict[str, Any] = what_blocks(slot)
+        if key is not None:
+            result["key"] = key
+        return result
+
     @app.get("/admin/v2/brokers/health")
     async def health() -> Response:
         return Response("ok", media_type="text/plain")

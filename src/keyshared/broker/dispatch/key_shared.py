@@ -28,6 +28,7 @@ from keyshared.broker.dispatch.selectors import (
 from keyshared.broker.dispatch.shared import NORMAL, REPLAY, SharedDispatcher
 from keyshared.broker.entry_meta import EntryMeta
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.protocol import sticky_key_hash
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -42,6 +43,12 @@ def new_key_shared_dispatcher(
     meta = first.key_shared_meta
     mode = meta.mode if meta else "AUTO_SPLIT"
     allow_ooo = meta.allow_out_of_order_delivery if meta else False
+    if subscription.config.subscriptionKeySharedUseClassicPersistentImplementation:
+        from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
+
+        return ClassicKeySharedDispatcher(
+            subscription, scheduler, mode=mode, allow_out_of_order=allow_ooo
+        )
     return KeySharedDispatcher(subscription, scheduler, mode=mode, allow_out_of_order=allow_ooo)
 
 
@@ -95,8 +102,7 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def slot_of(self, meta: EntryMeta) -> int:
         """The selector's sticky key hash for an entry (Pulsar's makeStickyKeyHash)."""
-        v = meta.key_hash % self._slot_span + self._slot_start
-        return v if v != 0 else 1
+        return self.slot_of_hash(meta.key_hash)
 
     def pending_hash(self, meta: EntryMeta) -> int:
         """Pending acks and the replay queue keep the selector slot."""
@@ -294,6 +300,52 @@ class KeySharedDispatcher(SharedDispatcher):
             elif trigger and read_type == NORMAL and self.cursor.has_more_entries():
                 self.read_more()
         return list(groups.items())
+
+    # --- what blocks a hash ----------------------------------------------------------------------
+    def slot_of_key(self, key: bytes) -> int:
+        """The selector slot a message key maps to."""
+        return self.slot_of_hash(sticky_key_hash(key))
+
+    def slot_of_hash(self, key_hash: int) -> int:
+        """The selector slot of a 31-bit sticky key hash."""
+        v = key_hash % self._slot_span + self._slot_start
+        return v if v != 0 else 1
+
+    def what_blocks(self, slot: int) -> dict[str, Any]:
+        """Why entries of ``slot`` may be held back: owner, draining consumer, unacked ids."""
+        owner = self.selector.select(slot)
+        out: dict[str, Any] = {
+            "hash": slot,
+            "consumerName": owner.consumer_name if owner else None,
+            "consumerId": owner.consumer_id if owner else None,
+            "availablePermits": owner.dispatch_permits() if owner else 0,
+            "draining": False,
+            "drainingConsumerName": None,
+            "drainingConsumerId": None,
+            "blockedAttempts": 0,
+            "unackedMessageIds": [],
+            "pendingMessageIds": [],
+            "replayMessageIds": [
+                str(p) for p in self.replay.iter_positions() if self.replay.hash_of(p) == slot
+            ],
+        }
+        if owner is not None and owner.pending_acks:
+            out["pendingMessageIds"] = [
+                str(p) for p, pa in sorted(owner.pending_acks.items()) if pa.key_hash == slot
+            ]
+        blocker = self.draining.blocker_of(slot) if self.draining is not None else None
+        if blocker is not None:
+            holder = blocker.consumer
+            out["draining"] = True
+            out["drainingConsumerName"] = holder.consumer_name
+            out["drainingConsumerId"] = holder.consumer_id
+            out["blockedAttempts"] = blocker.blocked_attempts
+            out["unackedMessageIds"] = [
+                str(p)
+                for p, pa in sorted((holder.pending_acks or {}).items())
+                if pa.key_hash == slot
+            ]
+        return out
 
     # --- stats --------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

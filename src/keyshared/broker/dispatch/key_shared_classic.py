@@ -1,0 +1,241 @@
+"""Classic Key_Shared: recently joined consumers wait for what was sent before they joined.
+
+Enabled by ``subscriptionKeySharedUseClassicPersistentImplementation=true``. A consumer that joins
+while entries are in flight is "recently joined": it may only receive entries at or before its
+join position until the mark-delete position passes that position.
+
+The join position is the *last sent position* of seed pip-282 (PIP-282): every entry at or
+before it has already been scheduled to be sent, tracked as a position plus the ranges sent
+beyond it. Pulsar 4.x's classic dispatcher uses the cursor's *read position* instead, which is
+wrong in the two timelines of that seed (entries read but not yet dispatched, and entries
+queued for replay without any consumer action). ``join_position="read"`` keeps that older rule
+so tests can show the difference; it is not meant for use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from keyshared.broker.consumer import Consumer
+from keyshared.broker.dispatch.base import Scheduler
+from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
+from keyshared.broker.dispatch.shared import NORMAL, REPLAY
+from keyshared.storage.entry import Entry
+from keyshared.storage.position import Position
+from keyshared.storage.range_set import RangeSet
+
+if TYPE_CHECKING:
+    from keyshared.broker.subscription import Subscription
+
+
+class ClassicKeySharedDispatcher(KeySharedDispatcher):
+    """PIP-282 Key_Shared: no draining hashes; recently joined consumers keyed by position."""
+
+    def __init__(
+        self,
+        subscription: Subscription,
+        scheduler: Scheduler,
+        *,
+        mode: str,
+        allow_out_of_order: bool,
+        join_position: str = "last_sent",
+    ) -> None:
+        super().__init__(subscription, scheduler, mode=mode, allow_out_of_order=allow_out_of_order)
+        # Classic mode has no draining hashes (PIP-379 came after it).
+        self.draining = None
+        self.join_position = join_position
+        self.recently_joined: dict[Consumer, Position] | None = None if allow_out_of_order else {}
+        self.joined_at: dict[Consumer, Position] = {}
+        self.last_sent: Position | None = None
+        self.individually_sent = RangeSet()
+        self._stuck_on_replays = False
+
+    # --- last sent position (seed pip-282) -------------------------------------------------
+    def _last_sent_now(self) -> Position:
+        """``updateIfNeededAndGetLastSentPosition``: never behind the mark-delete position."""
+        mdp = self.cursor.mark_delete_position
+        if self.last_sent is None:
+            self.last_sent = mdp
+            self.individually_sent = self.cursor.individually_deleted.copy()
+        elif self.last_sent < mdp:
+            self.last_sent = mdp
+            self.individually_sent.remove_up_to(mdp)
+        self._fold_sent()
+        return self.last_sent
+
+    def _mark_sent(self, entries: list[Entry]) -> None:
+        if self.last_sent is None:
+            self._last_sent_now()
+        assert self.last_sent is not None
+        for e in entries:
+            if e.position > self.last_sent:
+                self.individually_sent.add(e.position)
+        self._fold_sent()
+
+    def _fold_sent(self) -> None:
+        """Swallow the sent ranges that continue the last sent position."""
+        reader = self.cursor.reader
+        lac = reader.last_add_confirmed
+        while self.last_sent is not None:
+            first = self.individually_sent.first_range()
+            if first is None:
+                break
+            start, end = first
+            nxt = reader.next_position(self.last_sent)
+            if start > nxt or nxt > lac:
+                break
+            self.last_sent = max(self.last_sent, end)
+            self.individually_sent.remove_up_to(end)
+
+    def _join_position(self) -> Position:
+        if self.join_position == "read":
+            return self.cursor.read_position
+        return self._last_sent_now()
+
+    # --- consumers ---------------------------------------------------------------------------
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Attach ``consumer``; with entries in flight it becomes recently joined."""
+        super().add_consumer(consumer)
+        joined = self._join_position()
+        self.joined_at[consumer] = joined
+        if (
+            self.recently_joined is not None
+            and len(self.consumers) > 1
+            and self.cursor.number_of_entries_since_first_not_acked > 1
+        ):
+            self.recently_joined[consumer] = joined
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Detach ``consumer``; the last one leaving forgets what was sent."""
+        super().remove_consumer(consumer)
+        self.joined_at.pop(consumer, None)
+        if self.recently_joined is not None:
+            self.recently_joined.pop(consumer, None)
+            if len(self.consumers) <= 1:
+                self.recently_joined.clear()
+        if not self.consumers:
+            self.last_sent = None
+            self.individually_sent.clear()
+        self.read_more()
+
+    def reset(self) -> None:
+        """The cursor moved by hand: what was sent will be sent again."""
+        super().reset()
+        self.last_sent = None
+        self.individually_sent.clear()
+
+    def on_mark_delete_moved(self, mark_delete: Position) -> None:
+        """Recently joined consumers whose join position is acked become ordinary."""
+        if self._prune_recently_joined():
+            self.read_more()
+        super().on_mark_delete_moved(mark_delete)
+
+    def _prune_recently_joined(self) -> bool:
+        joined = self.recently_joined
+        if not joined:
+            return False
+        mdp = self.cursor.mark_delete_position
+        pruned = False
+        for c, pos in list(joined.items()):
+            if pos > mdp:
+                break
+            del joined[c]
+            pruned = True
+        return pruned
+
+    # --- reads -------------------------------------------------------------------------------
+    def normal_read_allowed(self) -> bool:
+        """Pulsar's hasConsumersNeededNormalRead: someone not recently joined has permits."""
+        joined = self.recently_joined or {}
+        return any(c.dispatch_permits() > 0 and c not in joined for c in self.consumers)
+
+    def max_normal_read(self, n: int) -> int:
+        """No look-ahead limit in classic mode."""
+        return n
+
+    def replay_candidates(self, max_entries: int) -> list[Position]:
+        """Skip the replay once after a round that sent nothing, to read ahead."""
+        if self._stuck_on_replays:
+            self._stuck_on_replays = False
+            return []
+        out: list[Position] = []
+        for pos in self.replay.iter_positions():
+            out.append(pos)
+            if len(out) >= max_entries:
+                break
+        return out
+
+    def filter_and_group(
+        self, entries: list[Entry], read_type: str
+    ) -> list[tuple[Consumer, list[Entry]]]:
+        """Group by key owner; each group cut to what the restriction rule allows."""
+        topic = self.subscription.topic
+        selector = self.selector
+        by_consumer: dict[Consumer, list[tuple[Entry, int]]] = {}
+        for entry in entries:
+            h = self.slot_of(topic.entry_meta(entry))
+            c = selector.select(h)
+            if c is None:
+                self.add_to_replay(entry.position, h)
+                continue
+            by_consumer.setdefault(c, []).append((entry, h))
+        out: list[tuple[Consumer, list[Entry]]] = []
+        for c, items in by_consumer.items():
+            allowed = self._restricted_max(c, items, read_type)
+            chosen = [e for e, _ in items[:allowed]]
+            for e, h in items[allowed:]:
+                self.add_to_replay(e.position, h)
+            if chosen:
+                out.append((c, chosen))
+                self._mark_sent(chosen)
+        if not out and not self.recently_joined:
+            self._stuck_on_replays = True
+        return out
+
+    def _restricted_max(self, c: Consumer, items: list[tuple[Entry, int]], read_type: str) -> int:
+        m = min(len(items), c.dispatch_permits())
+        if m <= 0:
+            return 0
+        if (
+            self.orders_by_key()
+            and read_type == NORMAL
+            and any(self.replay.contains_hash(h) for _, h in items)
+        ):
+            return 0
+        joined = self.recently_joined
+        if not joined:
+            return m
+        self._prune_recently_joined()
+        max_pos = joined.get(c)
+        if max_pos is None:
+            return m
+        if read_type == REPLAY:
+            max_pos = min(max_pos, next(iter(joined.values())))
+        allowed = 0
+        for e, _ in items[:m]:
+            if e.position > max_pos:
+                break
+            allowed += 1
+        return allowed
+
+    # --- stats ---------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Classic subscription stats (seed pip-282)."""
+        st = super().stats()
+        after: dict[str, str] = {}
+        for c, pos in (self.recently_joined or {}).items():
+            key = f"consumerName={c.consumer_name}, consumerId={c.consumer_id}"
+            if c.transport.address:
+                key += f", address={c.transport.address}"
+            after[key] = str(pos)
+        st["consumersAfterMarkDeletePosition"] = after
+        st["lastSentPosition"] = str(self.last_sent) if self.last_sent is not None else ""
+        st["individuallySentPositions"] = self.individually_sent.to_pulsar_string()
+        return st
+
+    def consumer_stats(self, consumer: Consumer) -> dict[str, Any]:
+        """Classic consumer stats: the join position."""
+        st = super().consumer_stats(consumer)
+        joined = self.joined_at.get(consumer)
+        st["lastSentPositionWhenJoining"] = str(joined) if joined is not None else ""
+        return st
