@@ -626,7 +626,8 @@ class ServerConnection(asyncio.Protocol):
         r = cmd.seek
         consumer = self.consumers.get(r.consumer_id)
         if consumer is None:
-            self._error(r.request_id, ServerError.ConsumerNotFound, "Consumer not found")
+            # Pulsar answers an unknown consumer id with MetadataError here (ServerCnx).
+            self._error(r.request_id, ServerError.MetadataError, "Consumer not found")
             return
         self._spawn(self._seek(consumer, r))
 
@@ -656,7 +657,8 @@ class ServerConnection(asyncio.Protocol):
         r = cmd.getLastMessageId
         consumer = self.consumers.get(r.consumer_id)
         if consumer is None:
-            self._error(r.request_id, ServerError.ConsumerNotFound, "Consumer not found")
+            # Pulsar answers an unknown consumer id with MetadataError here (ServerCnx).
+            self._error(r.request_id, ServerError.MetadataError, "Consumer not found")
             return
         self._spawn(self._get_last_message_id(consumer, r.request_id))
 
@@ -691,7 +693,8 @@ class ServerConnection(asyncio.Protocol):
         r = cmd.unsubscribe
         consumer = self.consumers.get(r.consumer_id)
         if consumer is None:
-            self._error(r.request_id, ServerError.ConsumerNotFound, "Consumer not found")
+            # Pulsar answers an unknown consumer id with MetadataError here (ServerCnx).
+            self._error(r.request_id, ServerError.MetadataError, "Consumer not found")
             return
         sub = consumer.subscription
         try:
