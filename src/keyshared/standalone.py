@@ -87,6 +87,10 @@ class Standalone:
             f"keyshared broker listening on pulsar://{cfg.advertisedAddress}:{self.server.port}",
             flush=True,
         )
+        # The web stack (FastAPI, pydantic, uvicorn) takes most of a second to import. Import it
+        # in a thread so the binary port serves clients meanwhile instead of stalling on it.
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, _import_web_stack)
         from keyshared.admin.web import WebServer
 
         self.web = WebServer(self)
@@ -110,6 +114,13 @@ class Standalone:
             await self.service.close()
         if self.storage is not None:
             await self.storage.close()
+
+
+def _import_web_stack() -> None:
+    import uvicorn  # noqa: F401
+
+    import keyshared.admin.app
+    import keyshared.admin.web  # noqa: F401
 
 
 async def _run(config: BrokerConfig, started: float) -> None:

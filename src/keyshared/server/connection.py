@@ -18,7 +18,7 @@ from keyshared.protocol import (
     FrameDecoder,
     ProtocolError,
     encode_command,
-    encode_message,
+    encode_message_header,
     encode_send_receipt,
     pb,
 )
@@ -719,19 +719,26 @@ class ServerConnection(asyncio.Protocol):
             return
         cid = consumer.consumer_id
         partition = consumer.subscription.topic.name.partition_index
-        frames = [
-            encode_message(
-                cid,
-                _u64(m.entry.position.ledger_id),
-                _u64(m.entry.position.entry_id),
-                m.entry.data,
-                m.entry.checksum,
-                redelivery_count=m.redelivery_count,
-                partition=partition,
-                ack_set=m.ack_set,
+        # Header and stored payload go out as separate buffers: the payload is never copied.
+        frames: list[bytes] = []
+        append = frames.append
+        for m in messages:
+            entry = m.entry
+            pos = entry.position
+            data = entry.data
+            append(
+                encode_message_header(
+                    cid,
+                    _u64(pos.ledger_id),
+                    _u64(pos.entry_id),
+                    len(data),
+                    entry.checksum,
+                    redelivery_count=m.redelivery_count,
+                    partition=partition,
+                    ack_set=m.ack_set,
+                )
             )
-            for m in messages
-        ]
+            append(data)
         self.transport.writelines(frames)
 
     def close_consumer(self, consumer: Consumer) -> None:
