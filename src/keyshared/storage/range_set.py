@@ -13,13 +13,16 @@ in the same ledger. Ranges never span ledgers: ``(L, last)`` and ``(L+1, 0)`` ma
 in a managed ledger, but only the ledger knows where a ledger ends, so the set keeps them as two
 ranges. The cursor, which has the ledger, steps over ledger ends with ``next_position``.
 
-Binary form (``to_bytes``), all bare varints (see ``cursor_codec``)::
+Binary form (``to_bytes``), varints as in ``cursor_codec``::
 
     ledger count, then per ledger:
         ledger id minus the previous ledger id (the first: the id itself),
-        range count k, first boundary, then the 2k-1 deltas between consecutive boundaries
+        byte length of the ledger's block, then the block:
+            range count k, first boundary, then the 2k-1 deltas between consecutive boundaries
 
-Every delta is at least 1, so a hole or a run of fewer than 128 entries costs one byte.
+Every delta is at least 1, so a hole or a run of fewer than 128 entries costs one byte. Each
+ledger's block is cached until the ledger's ranges change, so persisting a large set re-encodes
+only the ledgers acked since the last persist; blocks read back seed the cache.
 """
 
 from __future__ import annotations
@@ -29,7 +32,13 @@ from collections.abc import Iterable, Iterator
 from itertools import accumulate, chain, islice
 from operator import sub
 
-from keyshared.storage.cursor_codec import CursorCodecError, decode_uvarints, encode_uvarints
+from keyshared.storage.cursor_codec import (
+    CursorCodecError,
+    decode_uvarints,
+    encode_uvarints,
+    read_uvarint,
+    write_uvarint,
+)
 from keyshared.storage.position import Position
 
 _NO_END = 1 << 63
@@ -41,11 +50,14 @@ Range = tuple[Position, Position]
 class RangeSet:
     """Disjoint, coalesced ranges of positions (see the module docstring)."""
 
-    __slots__ = ("_bounds", "_count", "_ids", "_nranges")
+    __slots__ = ("_bounds", "_count", "_encoded", "_ids", "_nranges")
 
     def __init__(self, ranges: Iterable[Range] = ()) -> None:
         self._ids: list[int] = []
         self._bounds: dict[int, list[int]] = {}
+        # Encoded form of each whole ledger's ranges, dropped when the ledger changes: a
+        # persist re-encodes only the ledgers acked since the last one.
+        self._encoded: dict[int, bytes] = {}
         self._nranges = 0
         self._count = 0
         for first, last in ranges:
@@ -82,6 +94,7 @@ class RangeSet:
         i = bisect_right(b, e)
         if i & 1:
             return 0
+        self._encoded.pop(lid, None)
         # e is outside every range; b[i-1] (if any) is the end of the range before it and
         # b[i] (if any) the start of the range after it.
         touches_left = i > 0 and b[i - 1] == e
@@ -117,6 +130,7 @@ class RangeSet:
             self._nranges += 1
             self._count += t - s
             return t - s
+        self._encoded.pop(lid, None)
         lo = bisect_left(b, s)
         hi = bisect_right(b, t)
         # The old ranges that overlap or touch [s, t) are the pairs in b[a:z].
@@ -141,11 +155,13 @@ class RangeSet:
         cut = bisect_left(ids, pos.ledger_id)
         for lid in ids[:cut]:
             b = self._bounds.pop(lid)
+            self._encoded.pop(lid, None)
             removed += sum(b[1::2]) - sum(b[0::2])
             self._nranges -= len(b) // 2
         del ids[:cut]
         if ids and ids[0] == pos.ledger_id:
             b = self._bounds[pos.ledger_id]
+            self._encoded.pop(pos.ledger_id, None)
             c = pos.entry_id + 1  # keep entries >= c
             j = bisect_right(b, c)
             if j & 1:
@@ -170,6 +186,7 @@ class RangeSet:
         """Remove everything."""
         self._ids.clear()
         self._bounds.clear()
+        self._encoded.clear()
         self._nranges = 0
         self._count = 0
 
@@ -275,6 +292,7 @@ class RangeSet:
         new = RangeSet()
         new._ids = list(self._ids)
         new._bounds = {lid: list(b) for lid, b in self._bounds.items()}
+        new._encoded = dict(self._encoded)
         new._nranges = self._nranges
         new._count = self._count
         return new
@@ -295,7 +313,8 @@ class RangeSet:
     def to_bytes(self, max_ranges: int | None = None) -> bytes:
         """The compact binary form of the first ``max_ranges`` ranges (all when None)."""
         left = self._nranges if max_ranges is None else max(0, min(max_ranges, self._nranges))
-        parts: list[Iterable[int]] = []
+        head = bytearray()
+        parts: list[bytes] = []
         nledgers = 0
         prev = 0
         for lid in self._ids:
@@ -305,46 +324,67 @@ class RangeSet:
             k = min(len(b) // 2, left)
             left -= k
             nledgers += 1
-            stop = 2 * k
-            parts.append((lid - prev, k, b[0]))
-            # Consecutive differences, computed in C: b[1]-b[0], b[2]-b[1], ...
-            parts.append(map(sub, islice(b, 1, stop), islice(b, 0, stop - 1)))
+            if 2 * k == len(b):
+                block = self._encoded.get(lid)
+                if block is None:
+                    block = self._encoded[lid] = _encode_ledger(b, k)
+            else:
+                block = _encode_ledger(b, k)
+            write_uvarint(head, lid - prev)
+            write_uvarint(head, len(block))
+            parts.append(bytes(head))
+            parts.append(block)
+            head.clear()
             prev = lid
-        return encode_uvarints(chain((nledgers,), *parts))
+        write_uvarint(head, nledgers)
+        return b"".join((bytes(head), *parts))
 
     @classmethod
     def from_bytes(cls, data: bytes) -> RangeSet:
         """Inverse of :meth:`to_bytes`; raises ``CursorCodecError`` on corrupt input."""
         rs = cls()
-        values = decode_uvarints(data)
-        if not values:
+        if not data:
             return rs
-        nledgers = values[0]
-        i = 1
+        view = memoryview(data)
+        nledgers, off = read_uvarint(view, 0)
         lid = 0
-        try:
-            for n in range(nledgers):
-                delta, k = values[i], values[i + 1]
-                i += 2
-                if k <= 0 or (n > 0 and delta <= 0):
-                    raise CursorCodecError("corrupt range set header")
-                lid += delta
-                chunk = values[i : i + 2 * k]
-                if len(chunk) != 2 * k:
-                    raise CursorCodecError("truncated range set")
-                i += 2 * k
-                if min(islice(chunk, 1, None)) < 1:
-                    raise CursorCodecError("range set boundaries not increasing")
-                b = list(accumulate(chunk))
-                rs._ids.append(lid)
-                rs._bounds[lid] = b
-                rs._nranges += k
-                rs._count += sum(b[1::2]) - sum(b[0::2])
-        except IndexError as exc:
-            raise CursorCodecError("truncated range set") from exc
-        if i != len(values):
+        for n in range(nledgers):
+            delta, off = read_uvarint(view, off)
+            size, off = read_uvarint(view, off)
+            if n > 0 and delta <= 0:
+                raise CursorCodecError("range set ledgers not increasing")
+            if off + size > len(data):
+                raise CursorCodecError("truncated range set")
+            lid += delta
+            block = bytes(view[off : off + size])
+            off += size
+            b = _decode_ledger(block)
+            rs._ids.append(lid)
+            rs._bounds[lid] = b
+            rs._encoded[lid] = block
+            rs._nranges += len(b) // 2
+            rs._count += sum(b[1::2]) - sum(b[0::2])
+        if off != len(data):
             raise CursorCodecError("trailing data in range set")
         return rs
+
+
+def _encode_ledger(b: list[int], k: int) -> bytes:
+    """Varints of one ledger's first ``k`` ranges: k, first boundary, then the deltas."""
+    stop = 2 * k
+    # Consecutive differences, computed in C: b[1]-b[0], b[2]-b[1], ...
+    deltas = map(sub, islice(b, 1, stop), islice(b, 0, stop - 1))
+    return encode_uvarints(chain((k, b[0]), deltas))
+
+
+def _decode_ledger(block: bytes) -> list[int]:
+    """Inverse of :func:`_encode_ledger` for a whole ledger: the boundary list."""
+    values = decode_uvarints(block)
+    if len(values) < 3 or len(values) != 2 * values[0] + 1:
+        raise CursorCodecError("corrupt range set block")
+    if min(islice(values, 2, None)) < 1:
+        raise CursorCodecError("range set boundaries not increasing")
+    return list(accumulate(islice(values, 1, None)))
 
 
 def _measure(b: list[int], lo: int, hi: int) -> int:

@@ -144,16 +144,41 @@ def test_rejects_bad_input() -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        b"\x01\x00\x01\x05",  # truncated boundaries
-        b"\x01\x00\x01\x05\x00",  # zero delta (not increasing)
-        b"\x01\x00\x01\x05\x01\x07",  # trailing data
-        b"\x02\x01\x01\x05\x01\x00\x01\x05\x01",  # second ledger id not increasing
+        b"\x01\x00\x03\x01\x05",  # block shorter than its length
+        b"\x01\x00\x03\x01\x05\x00",  # zero delta (not increasing)
+        b"\x01\x00\x03\x01\x05\x01\x07",  # trailing data
+        b"\x02\x01\x03\x01\x05\x01\x00\x03\x01\x05\x01",  # ledger ids not increasing
+        b"\x01\x00\x03\x02\x05\x01",  # two ranges announced, one given
+        b"\x01\x00\x01\xff",  # truncated varint in a block
         b"\xff",  # truncated varint
     ],
 )
 def test_corrupt_input_is_refused(data: bytes) -> None:
     with pytest.raises(CursorCodecError):
         RangeSet.from_bytes(data)
+
+
+def test_known_encoding() -> None:
+    rs = RangeSet([(P(0, 5), P(0, 5))])
+    assert rs.to_bytes() == b"\x01\x00\x03\x01\x05\x01"
+    assert RangeSet.from_bytes(b"") == RangeSet()
+    assert RangeSet().to_bytes() == b"\x00"
+
+
+def test_encoding_cache_follows_changes() -> None:
+    rs = RangeSet()
+    for ledger in range(3):
+        rs.add_range(P(ledger, 0), P(ledger, 3))
+        rs.add(P(ledger, 9))
+    first = rs.to_bytes()
+    assert rs.to_bytes() == first
+    back = RangeSet.from_bytes(first)
+    back.add(P(1, 5))
+    rs.add(P(1, 5))
+    assert back.to_bytes() == rs.to_bytes() != first
+    rs.remove_up_to(P(0, 9))
+    assert RangeSet.from_bytes(rs.to_bytes()) == rs
+    assert RangeSet.from_bytes(rs.to_bytes(1)).first_n(5) == rs.first_n(1)
 
 
 def test_every_other_entry_costs_two_bytes_a_range() -> None:
