@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import sys
 import time
@@ -237,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds and smaller inputs")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "selectors.json")
     args = parser.parse_args(argv)
+    # Other work on the machine skews micro-timings; the JSON records how busy it was.
+    load_before = round(os.getloadavg()[0], 2)
 
     rows = [
         bench_selector(kind, n, args.quick)
@@ -271,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         "platform": platform.platform(),
         "machine": platform.machine(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average_1m_before": load_before,
+        "cpu_count": os.cpu_count(),
         "selectors": rows,
         "pending_acks": pending,
         "draining": draining,

@@ -253,7 +253,7 @@ class AutoSplitDrainingMachine(DrainingMachine):
 
 
 MACHINE_SETTINGS = settings(
-    max_examples=100,
+    max_examples=70,
     stateful_step_count=50,
     deadline=None,
     print_blob=True,

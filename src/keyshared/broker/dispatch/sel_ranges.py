@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Generic
+from typing import Generic, NamedTuple
 
 from keyshared.broker.dispatch.sel_base import C, HashRange
 
@@ -88,8 +87,7 @@ class RemovedHashRanges:
         return f"RemovedHashRanges({self.as_ranges()!r})"
 
 
-@dataclass(frozen=True, slots=True)
-class RangeMove(Generic[C]):
+class RangeMove(NamedTuple, Generic[C]):
     """Hashes ``[start, end]`` moved from ``before`` to ``after`` (``None`` = no consumer)."""
 
     start: int
