@@ -23,6 +23,9 @@ def test_duplicates_get_original_id_and_survive_sigkill(
     fresh_broker.conf["brokerDeduplicationEnabled"] = "true"
     fresh_broker.start()
     client = make_client(fresh_broker.service_url)
+    # A durable subscription keeps the data: with Pulsar's default retention, consumed (or
+    # unsubscribed) ledgers are deleted once closed, and a restart closes the current one.
+    client.subscribe(topic, "keep", initial_position=pulsar.InitialPosition.Earliest).close()
     producer = client.create_producer(topic, producer_name="dedup-p", batching_enabled=False)
     assert producer.last_sequence_id() == -1
     ids = [producer.send(f"m{i}".encode(), sequence_id=i) for i in range(10)]

@@ -184,8 +184,9 @@ class BrokerService:
             for topic in list(self.topics.values()):
                 try:
                     topic.flush_cursors()
-                except Exception:  # pragma: no cover - keep flushing the others
-                    log.exception("flushing cursors of %s", topic.name)
+                    topic.trim_consumed_ledgers()
+                except Exception:  # pragma: no cover - keep going with the others
+                    log.exception("periodic work on %s", topic.name)
 
     async def close(self) -> None:
         """Close every topic, persisting cursor state."""

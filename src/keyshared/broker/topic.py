@@ -324,7 +324,33 @@ class PersistentTopic:
         log.error("read failed on %s: %r", self.name, exc)
 
     def on_subscription_progress(self) -> None:
-        """A cursor's mark-delete moved: a chance to trim fully consumed ledgers."""
+        """A cursor's mark-delete moved (trimming happens on the next periodic pass)."""
+
+    def trim_consumed_ledgers(self) -> list[int]:
+        """Delete closed ledgers every durable cursor has passed, if retention allows.
+
+        With Pulsar's default retention (0 minutes, 0 MB) consumed data goes as soon as its
+        ledger is closed; non-durable cursors (readers) hold nothing, as in Pulsar. Any other
+        retention setting keeps everything for now (time/size retention is the cursor issue's).
+        """
+        cfg = self.config
+        if cfg.defaultRetentionTimeInMinutes != 0 or cfg.defaultRetentionSizeInMB != 0:
+            return []
+        ledger = self.ledger
+        ledgers = ledger.ledgers
+        if len(ledgers) < 2:
+            return []
+        durable = [s.cursor for s in self.subscriptions.values() if s.durable]
+        if durable:
+            bound = ledger.next_position(min(c.mark_delete_position for c in durable))
+        else:
+            bound = ledger.next_position(ledger.last_add_confirmed)
+        if bound.ledger_id <= ledgers[0].ledger_id:
+            return []
+        if self.dedup is not None and self._held is None:
+            # The deduplication snapshot must cover what is about to disappear.
+            self.dedup.snapshot()
+        return ledger.trim(bound)
 
     def flush_cursors(self) -> None:
         """Persist changed ack state (rate limited by each cursor)."""
