@@ -114,6 +114,43 @@ class CursorStateStore(Protocol):
         ...
 
 
+class KeyValue(Protocol):
+    """A byte-valued key-value store (``MetadataStore`` has this shape)."""
+
+    def get(self, key: str) -> bytes | None:
+        """The value at ``key``, or None."""
+        ...
+
+    def put(self, key: str, value: bytes) -> None:
+        """Set ``key``."""
+        ...
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; whether it existed."""
+        ...
+
+
+class KeyValueCursorStore:
+    """A :class:`CursorStateStore` over a key-value store: cursor ``c`` lives at
+    ``prefix + c`` (e.g. ``cursors/<managed ledger>/``)."""
+
+    def __init__(self, kv: KeyValue, prefix: str) -> None:
+        self.kv = kv
+        self.prefix = prefix
+
+    def load(self, cursor_name: str) -> bytes | None:
+        """The saved state, or None."""
+        return self.kv.get(self.prefix + cursor_name)
+
+    def save(self, cursor_name: str, state: bytes) -> None:
+        """Replace the saved state."""
+        self.kv.put(self.prefix + cursor_name, state)
+
+    def delete(self, cursor_name: str) -> None:
+        """Forget the cursor."""
+        self.kv.delete(self.prefix + cursor_name)
+
+
 @dataclass(frozen=True, slots=True)
 class CursorConfig:
     """Cursor settings, with the ``broker.conf`` key each one mirrors."""
@@ -133,6 +170,10 @@ class CursorConfig:
     position_flush_seconds: float = 60.0
     # acknowledgmentAtBatchIndexLevelEnabled: keep per-index acks of batch entries.
     batch_index_ack_enabled: bool = True
+    # Ours: persist (rate limited) when the mark-delete moves, as Pulsar does. Off, acks only
+    # mark the cursor dirty and the owner's periodic flush() writes it, e.g. to batch the
+    # writes of many cursors into one transaction.
+    persist_on_mark_delete: bool = True
 
     @classmethod
     def from_broker_config(cls, conf: BrokerConfig) -> CursorConfig:
@@ -414,7 +455,8 @@ class ManagedCursor:
                 del batch[pos]
         if self._read_position <= mdp:
             self._read_position = self._reader.next_position(mdp)
-        self.persist()
+        if self.config.persist_on_mark_delete:
+            self.persist()
 
     # --- sequential reads ------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from keyshared.storage.cursor import CursorConfig, ManagedCursor
+from keyshared.storage.cursor import CursorConfig, KeyValueCursorStore, ManagedCursor
 from keyshared.storage.cursor_codec import (
     CursorCodecError,
     CursorSnapshot,
@@ -16,6 +16,7 @@ from keyshared.storage.cursor_codec import (
     encode_snapshot,
 )
 from keyshared.storage.memory import InMemoryLedger, MemoryCursorStore
+from keyshared.storage.metadata import MetadataStore
 from keyshared.storage.position import EARLIEST, LATEST, Position
 from keyshared.storage.range_set import RangeSet
 
@@ -139,6 +140,35 @@ def test_rate_limit_zero_persists_every_mark_delete() -> None:
         c.ack_individual([p])
     assert store.saves == 1 + 5
     assert c.last_persisted_mark_delete == ledger.positions()[-1]
+
+
+def test_without_persist_on_mark_delete_only_flush_writes() -> None:
+    ledger, store, clock, config = make(
+        entries=5, mark_delete_rate_limit=0, persist_on_mark_delete=0
+    )
+    c = open_cursor(ledger, store, clock, config)
+    c.ack_individual(ledger.positions())
+    assert store.saves == 1 and c.is_dirty
+    assert c.flush()
+    assert store.saves == 2
+    assert open_cursor(ledger, store, clock, config).number_of_entries_in_backlog == 0
+
+
+def test_state_in_the_metadata_store() -> None:
+    ledger, _, clock, config = make(entries=10)
+    meta = MetadataStore(":memory:")
+    store = KeyValueCursorStore(meta, "cursors/topic/")
+    c = ManagedCursor("sub", ledger, store, initial_position=EARLIEST, config=config, clock=clock)
+    ps = ledger.positions()
+    c.ack_individual([ps[0], ps[2], ps[5]])
+    c.close()
+    assert meta.list_keys("cursors/topic/") == ["cursors/topic/sub"]
+    again = ManagedCursor("sub", ledger, store, config=config, clock=clock)
+    assert again.mark_delete_position == ps[0]
+    assert list(again.individually_deleted) == [(ps[2], ps[2]), (ps[5], ps[5])]
+    again.delete()
+    assert meta.list_keys("cursors/") == []
+    meta.close()
 
 
 def test_batch_bitsets_persist_up_to_their_limit() -> None:
