@@ -9,6 +9,7 @@ from typing import Any
 
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.policies import PolicyStore
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import InvalidTopicName, TopicName
 from keyshared.config import BrokerConfig
@@ -32,6 +33,7 @@ class BrokerService:
         self.storage = storage
         self.scheduler: Scheduler = scheduler or LoopScheduler()
         self.topics: dict[str, PersistentTopic] = {}
+        self.policies = PolicyStore(storage.metadata)
         self._ensure_defaults()
 
     # --- tenants and namespaces ------------------------------------------------------------
@@ -45,6 +47,44 @@ class BrokerService:
     def namespace_exists(self, namespace: str) -> bool:
         """True if ``tenant/namespace`` exists."""
         return self.storage.metadata.get(NAMESPACES_PREFIX + namespace) is not None
+
+    # --- permissions (Pulsar's Policies.auth_policies.namespace_auth) -----------------------
+    def tenant_admin_roles(self, tenant: str) -> list[str]:
+        """The ``adminRoles`` of ``tenant`` (empty when it does not exist)."""
+        info = self.storage.metadata.get_json(TENANTS_PREFIX + tenant)
+        roles = info.get("adminRoles") if isinstance(info, dict) else None
+        return [r for r in roles if isinstance(r, str)] if isinstance(roles, list) else []
+
+    def namespace_permissions(self, namespace: str) -> dict[str, list[str]]:
+        """``role -> actions`` granted on ``tenant/namespace`` (empty when none or no namespace)."""
+        policies = self.storage.metadata.get_json(NAMESPACES_PREFIX + namespace)
+        auth = policies.get("auth_policies") if isinstance(policies, dict) else None
+        granted = auth.get("namespace_auth") if isinstance(auth, dict) else None
+        if not isinstance(granted, dict):
+            return {}
+        return {
+            role: [a for a in actions if isinstance(a, str)]
+            for role, actions in granted.items()
+            if isinstance(actions, list)
+        }
+
+    def set_namespace_permission(
+        self, namespace: str, role: str, actions: list[str] | None
+    ) -> None:
+        """Grant ``actions`` to ``role`` on ``namespace`` (replacing its grant); None revokes."""
+        key = NAMESPACES_PREFIX + namespace
+        policies = self.storage.metadata.get_json(key)
+        if not isinstance(policies, dict):
+            raise BrokerError(ServerError.TopicNotFound, f"Namespace {namespace} does not exist")
+        auth = policies.setdefault("auth_policies", {})
+        granted = auth.setdefault("namespace_auth", {})
+        auth.setdefault("destination_auth", {})
+        auth.setdefault("subscription_auth_roles", {})
+        if actions is None:
+            granted.pop(role, None)
+        else:
+            granted[role] = sorted(set(actions))
+        self.storage.metadata.put_json(key, policies)
 
     # --- topics --------------------------------------------------------------------------
     @staticmethod
@@ -158,6 +198,7 @@ class BrokerService:
         if topic.dedup is not None:
             topic.dedup.delete()
         self.topics.pop(name.full, None)
+        self.policies.delete_topic(name.full)
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)
 

@@ -54,6 +54,7 @@ class Subscription:
         self.dispatcher: Dispatcher | None = None
         self.redelivery_counts: dict[Position, int] = {}
         self.last_mark_delete_advanced = 0
+        self.blocked_on_ack_state = False
         self.last_consumed_timestamp = 0
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
@@ -139,8 +140,19 @@ class Subscription:
         after = cursor.mark_delete_position
         if after != before:
             self._mark_delete_moved(after)
-        if self.dispatcher is not None and (acked or after != before):
-            self.dispatcher.read_more()
+        if acked or after != before:
+            self.kick_dispatch()
+
+    def kick_dispatch(self) -> None:
+        """Let the dispatcher look again, honouring a PIP-299 pause that just began."""
+        disp = self.dispatcher
+        if disp is None:
+            return
+        if disp.have_pending_read and self.should_pause_on_ack_state():
+            # A normal read parked at the tail would deliver new entries despite the pause;
+            # drop it (the cursor's epoch makes that safe) and let only replays run.
+            disp.forget_reads()
+        disp.read_more()
 
     def _ack_one(self, consumer: Consumer, item: AckItem) -> int:
         pos = item.position
@@ -225,8 +237,21 @@ class Subscription:
         self._mark_delete_moved(self.cursor.mark_delete_position)
 
     def should_pause_on_ack_state(self) -> bool:
-        """PIP-299 pause rule; filled in by the cursor issue."""
-        return False
+        """PIP-299: stop normal reads while the ack holes exceed what can be persisted.
+
+        Only Shared and Key_Shared pause; replay reads go on, so the entries of a closed
+        consumer still reach the others. Any ack, skip, clear-backlog, seek or reset-cursor
+        (all of which call the dispatcher's read loop) re-checks, as does turning it off.
+        """
+        if (
+            not self.durable
+            or self.sub_type not in (SubType.Shared, SubType.Key_Shared)
+            or not self.topic.policy("dispatcherPauseOnAckStatePersistentEnabled")
+        ):
+            self.blocked_on_ack_state = False
+            return False
+        self.blocked_on_ack_state = not self.cursor.is_ack_state_fully_persistable()
+        return self.blocked_on_ack_state
 
     # --- stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -260,6 +285,7 @@ class Subscription:
             "lastMarkDeleteAdvancedTimestamp": self.last_mark_delete_advanced,
             "consumers": consumers,
             "isDurable": self.durable,
+            "blockedOnAckStatePersistent": self.should_pause_on_ack_state(),
             "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": len(cursor.individually_deleted),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,

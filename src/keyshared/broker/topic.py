@@ -14,6 +14,7 @@ from keyshared.broker.dedup import Deduplication, Verdict
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
@@ -104,7 +105,9 @@ class PersistentTopic:
         # Sends that arrive while deduplication state is being recovered wait here.
         self._held: list[tuple[Producer, int, int, bytes, PublishCallback]] | None = None
         self.ready: asyncio.Future[None] | None = None
-        if self.config.brokerDeduplicationEnabled:
+        self._policy_cache: dict[str, Any] = {}
+        self._policy_generation = -1
+        if self.policy("deduplicationEnabled"):
             self._enable_dedup()
         self._restore_subscriptions()
 
@@ -154,6 +157,24 @@ class PersistentTopic:
         producer.closed = True
         if self.producers.get(producer.producer_name) is producer:
             del self.producers[producer.producer_name]
+
+    # --- policies ------------------------------------------------------------------------
+    def policy(self, key: str) -> Any:
+        """A policy's value for this topic: topic over namespace over broker setting."""
+        store = self.service.policies
+        if store.generation != self._policy_generation:
+            self._policy_cache.clear()
+            self._policy_generation = store.generation
+        cache = self._policy_cache
+        if key not in cache:
+            default = getattr(self.config, POLICY_DEFAULTS[key])
+            cache[key] = store.resolve(self.name.full, self.name.namespace_name, key, default)
+        return cache[key]
+
+    def on_policies_changed(self) -> None:
+        """A policy changed: let every dispatcher look again (e.g. a pause lifted)."""
+        for sub in self.subscriptions.values():
+            sub.kick_dispatch()
 
     # --- deduplication -------------------------------------------------------------------
     def _enable_dedup(self) -> None:
@@ -333,8 +354,7 @@ class PersistentTopic:
         ledger is closed; non-durable cursors (readers) hold nothing, as in Pulsar. Any other
         retention setting keeps everything for now (time/size retention is the cursor issue's).
         """
-        cfg = self.config
-        if cfg.defaultRetentionTimeInMinutes != 0 or cfg.defaultRetentionSizeInMB != 0:
+        if self.policy("retentionTimeInMinutes") != 0 or self.policy("retentionSizeInMB") != 0:
             return []
         ledger = self.ledger
         ledgers = ledger.ledgers
