@@ -81,9 +81,17 @@ class BrokerConfig:
     superUserRoles: str = ""
     tokenSecretKey: str = ""
     tokenPublicKey: str = ""
+    tokenPublicAlg: str = "RS256"
+    tokenAuthClaim: str = "sub"
+    tokenAudienceClaim: str = "aud"
+    tokenAudience: str = ""
+    tokenAllowedClockSkewSeconds: int = 0
+    # Pulsar's default is false; ours is true because /metrics names every topic and subscription.
+    authenticateMetricsEndpoint: bool = True
     tlsCertificateFilePath: str = ""
     tlsKeyFilePath: str = ""
     tlsTrustCertsFilePath: str = ""
+    tlsRequireTrustedClientCertOnConnect: bool = False
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
 
