@@ -54,6 +54,9 @@ class Standalone:
         self.service: Any = None
         self.server: Any = None
         self.web: Any = None
+        self.authenticator: Any = None
+        self.authorizer: Any = None
+        self.web_ssl_context: Any = None
         self._stop = asyncio.Event()
 
     async def start(self) -> None:
@@ -77,7 +80,8 @@ class Standalone:
         )
         self.storage.open()
         self.service = BrokerService(cfg, self.storage)
-        authn, authz, ssl_ctx, _ = build_security(cfg)
+        authn, authz, ssl_ctx, self.web_ssl_context = build_security(cfg, self.service)
+        self.authenticator, self.authorizer = authn, authz
         self.server = BrokerServer(
             self.service, authenticator=authn, authorizer=authz, ssl_context=ssl_ctx
         )
@@ -176,6 +180,10 @@ def run_standalone(opts: StandaloneOptions, started: float | None = None) -> int
         runner(_run(config, started))
     except KeyboardInterrupt:  # pragma: no cover - the signal handler normally catches it
         pass
+    except ConfigError as exc:
+        # Security settings are checked when the broker starts (they need its metadata store).
+        print(f"keyshared: configuration error: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"keyshared: cannot start: {exc}", file=sys.stderr)
         return 1

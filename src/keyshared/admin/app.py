@@ -9,6 +9,7 @@ from fastapi import Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from keyshared import __version__
+from keyshared.admin.permissions import add_permission_routes
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
@@ -231,6 +232,8 @@ def create_app(service: BrokerService) -> FastAPI:
     policy_routes(
         "dispatcherPauseOnAckStatePersistentEnabled", "dispatcherPauseOnAckStatePersistent"
     )
+
+    add_permission_routes(app, service)
 
     @app.get("/admin/v2/brokers/health")
     async def health() -> Response:
