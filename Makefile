@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck check proto bench clean
+.PHONY: run test lint typecheck check proto bench demo clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -33,6 +33,9 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) bench/run_e2e.py $(ARGS)
+
+demo: $(STAMP)
+	$(PY) -m keyshared.spark.demo $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
