@@ -293,6 +293,7 @@ class Subscription:
         }
         if self.dispatcher is not None:
             st.update(self.dispatcher.stats())
+        st["msgBacklogNoDelayed"] = max(backlog - st["msgDelayed"], 0)
         return st
 
 

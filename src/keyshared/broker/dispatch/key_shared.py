@@ -350,14 +350,16 @@ class KeySharedDispatcher(SharedDispatcher):
     # --- stats --------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Subscription stats of Key_Shared (seed pr-23429)."""
-        st: dict[str, Any] = {
-            "msgInReplay": len(self.replay),
-            "keySharedMode": self.mode,
-            "allowOutOfOrderDelivery": self.allow_out_of_order,
-            "drainingHashesCount": 0,
-            "drainingHashesClearedTotal": 0,
-            "drainingHashesUnackedMessages": 0,
-        }
+        st = super().stats()
+        st.update(
+            {
+                "keySharedMode": self.mode,
+                "allowOutOfOrderDelivery": self.allow_out_of_order,
+                "drainingHashesCount": 0,
+                "drainingHashesClearedTotal": 0,
+                "drainingHashesUnackedMessages": 0,
+            }
+        )
         if self.draining is not None:
             for c in self.consumers:
                 cs = self.draining.consumer_stats(c).to_json()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedDict
 
 from keyshared.broker.consumer import Consumer
-from keyshared.broker.dispatch.base import Dispatcher, Scheduler, on_done
+from keyshared.broker.dispatch.base import Dispatcher, Scheduler, TimerHandle, on_done
+from keyshared.broker.dispatch.delayed import DelayedDeliveryTracker
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -20,6 +22,10 @@ REPLAY = "replay"
 
 # Pulsar's dispatcherMaxRoundRobinBatchSize: entries given to one consumer before moving on.
 ROUND_ROBIN_BATCH = 20
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class ReplayQueue:
@@ -105,6 +111,8 @@ class SharedDispatcher(Dispatcher):
     def __init__(self, subscription: Subscription, scheduler: Scheduler) -> None:
         super().__init__(subscription, scheduler)
         self.replay = ReplayQueue(track_hashes=self.orders_by_key())
+        self.delayed = DelayedDeliveryTracker(self.config.delayedDeliveryTickTimeMillis)
+        self._delayed_timer: TimerHandle | None = None
         self._rr = 0
         self._should_rewind = False
         self._min_replayed: Position | None = None
@@ -133,6 +141,7 @@ class SharedDispatcher(Dispatcher):
         if not self.consumers:
             self.forget_reads()
             self.replay.clear()
+            self.delayed.clear()
             if pending is not None:
                 pending.clear()
             return
@@ -166,6 +175,7 @@ class SharedDispatcher(Dispatcher):
         """The cursor was moved by hand: drop queued replays and in-flight reads."""
         self.forget_reads()
         self.replay.clear()
+        self.delayed.clear()
         for c in self.consumers:
             if c.pending_acks is not None:
                 c.pending_acks.clear()
@@ -179,6 +189,48 @@ class SharedDispatcher(Dispatcher):
     def on_mark_delete_moved(self, mark_delete: Position) -> None:
         """Acked positions can leave the replay queue."""
         self.replay.remove_up_to(mark_delete)
+        self.delayed.remove_up_to(mark_delete)
+
+    # --- delayed delivery ------------------------------------------------------------------
+    def _hold_delayed(self, entries: list[Entry]) -> tuple[list[Entry], int]:
+        """Take out the entries not yet due; returns the rest and how many were held."""
+        if not self.subscription.topic.policy("delayedDeliveryEnabled"):
+            return entries, 0
+        now = _now_ms()
+        topic = self.subscription.topic
+        out: list[Entry] = []
+        held = 0
+        for e in entries:
+            at = topic.entry_meta(e).deliver_at_time
+            if at > now:
+                self.delayed.add(e.position, at)
+                held += 1
+            else:
+                out.append(e)
+        if held:
+            self._arm_delayed_timer()
+        return out, held
+
+    def _move_due_to_replay(self) -> None:
+        if len(self.delayed):
+            for pos in self.delayed.pop_due(_now_ms()):
+                self.add_to_replay(pos, 0)
+            self._arm_delayed_timer()
+
+    def _arm_delayed_timer(self) -> None:
+        if self._delayed_timer is not None:
+            self._delayed_timer.cancel()
+            self._delayed_timer = None
+        now = _now_ms()
+        wake = self.delayed.next_wakeup_ms(now)
+        if wake is None or self.closed:
+            return
+
+        def fire() -> None:
+            self._delayed_timer = None
+            self.read_more()
+
+        self._delayed_timer = self.scheduler.call_later(max(wake - now, 0) / 1000.0, fire)
 
     # --- the read loop -------------------------------------------------------------------
     def total_permits(self) -> int:
@@ -210,11 +262,16 @@ class SharedDispatcher(Dispatcher):
         if permits <= 0:
             return
         n = min(permits, self.read_batch_size)
+        self._move_due_to_replay()
         if len(self.replay) and not self.have_pending_replay_read:
             positions = self.replay_candidates(n)
             if positions:
                 self.have_pending_replay_read = True
-                self._min_replayed = positions[0]
+                # The head of the whole queue, as Pulsar 4.x's updateMinReplayedPosition, not
+                # the first candidate: a head the filter skipped (its consumer has no permits)
+                # would otherwise make every replay read look overtaken, and be re-read at once
+                # forever without dispatching anything.
+                self._min_replayed = self.replay.first()
                 gen = self.read_generation
                 on_done(
                     self.cursor.replay_entries(positions),
@@ -286,6 +343,11 @@ class SharedDispatcher(Dispatcher):
             if read_type == NORMAL:
                 self.cursor.rewind()
             return
+        entries, held = self._hold_delayed(entries)
+        if not entries:
+            # Everything read is delayed: read on at once, no backoff (Pulsar row 36).
+            self.read_more()
+            return
         if self.orders_by_key():
             first = self.replay.first()
             if first is not None and self._min_replayed is not None and first < self._min_replayed:
@@ -306,7 +368,7 @@ class SharedDispatcher(Dispatcher):
                     self.replay.remove(e.position)
             sent += len(chosen)
             self.send_to_consumer(consumer, chosen, track=True)
-        if sent:
+        if sent or held:
             self.backoff.reset()
             self.read_more()
         else:
@@ -342,5 +404,12 @@ class SharedDispatcher(Dispatcher):
         return list(groups.items())
 
     def stats(self) -> dict[str, Any]:
-        """Replay-queue size (Pulsar's msgInReplay)."""
-        return {"msgInReplay": len(self.replay)}
+        """Replay-queue size (Pulsar's msgInReplay) and delayed entries (msgDelayed)."""
+        return {"msgInReplay": len(self.replay), "msgDelayed": len(self.delayed)}
+
+    def close(self) -> None:
+        """Stop dispatching and the delayed-delivery timer."""
+        super().close()
+        if self._delayed_timer is not None:
+            self._delayed_timer.cancel()
+            self._delayed_timer = None
