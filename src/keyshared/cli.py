@@ -41,6 +41,7 @@ USAGE = """usage: keyshared COMMAND [ARGS]
 
 commands:
   standalone   run a standalone broker (embedded storage)
+  tokens       create keys and tokens for token authentication (like `pulsar tokens`)
   --version    print the version
 """
 
@@ -59,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args[0] == "standalone":
         return _standalone(args[1:], started)
+    if args[0] == "tokens":
+        from keyshared.tokens import main as tokens_main
+
+        return tokens_main(args[1:])
     print(f"keyshared: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 
