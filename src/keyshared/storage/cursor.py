@@ -544,7 +544,11 @@ class ManagedCursor:
                 out.extend(batch)
             else:
                 out.extend(e for e in batch if e.position > mdp)
-            pos = self._skip_acked(reader.next_position(batch[-1].position))
+            # Acks may have moved the mark-delete (and the read position with it) past what
+            # this read has reached: go on from there rather than re-read acked entries.
+            pos = self._skip_acked(
+                max(reader.next_position(batch[-1].position), self._read_position)
+            )
         if pos > self._read_position:
             self._read_position = pos
         return ReadResult(out, op.epoch)
