@@ -236,6 +236,32 @@ class Subscription:
         self.cursor.reset_cursor(position)
         self._mark_delete_moved(self.cursor.mark_delete_position)
 
+    def skip(self, n: int) -> int:
+        """Admin skip: ack the next ``n`` unacked entries; returns how many were skipped."""
+        skipped = self.cursor.skip_entries(n)
+        self._after_manual_ack()
+        return skipped
+
+    def clear_backlog(self) -> None:
+        """Admin clear-backlog: ack everything stored so far."""
+        self.cursor.clear_backlog()
+        self._after_manual_ack()
+
+    def _after_manual_ack(self) -> None:
+        """Entries acked by an admin operation leave the consumers' pending acks and the
+        replay queue (draining counts drop with them), then dispatch goes on."""
+        cursor = self.cursor
+        for c in self.consumers:
+            pending = c.pending_acks
+            if not pending:
+                continue
+            for pos in [p for p in pending if cursor.is_acked(p)]:
+                pa = pending.pop(pos)
+                self.on_pending_ack_removed(c, pos, pa.key_hash)
+                c.release_unacked(pa.batch_size - pa.acked_indexes)
+        self._mark_delete_moved(cursor.mark_delete_position)
+        self.kick_dispatch()
+
     def should_pause_on_ack_state(self) -> bool:
         """PIP-299: stop normal reads while the ack holes exceed what can be persisted.
 
