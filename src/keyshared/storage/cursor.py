@@ -81,8 +81,8 @@ class EntryReader(Protocol):
         ...
 
     def previous_position(self, pos: Position) -> Position:
-        """The last entry before ``pos``; when there is none, a position before ``pos`` and
-        after nothing that exists."""
+        """The last entry before ``pos`` (``(L, e - 1)`` when ``e > 0``); when there is none,
+        ``(pos.ledger_id, -1)``."""
         ...
 
     def count_entries(self, start: Position, end: Position) -> int:

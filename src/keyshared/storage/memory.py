@@ -140,14 +140,14 @@ class InMemoryLedger:
         return Position(pos.ledger_id, pos.entry_id + 1)
 
     def previous_position(self, pos: Position) -> Position:
-        """The last entry before ``pos``; ``(pos.ledger_id, pos.entry_id - 1)`` if none."""
+        """The last entry before ``pos``; ``(pos.ledger_id, -1)`` when nothing precedes it."""
         if pos.entry_id > 0:
             return Position(pos.ledger_id, pos.entry_id - 1)
         i = bisect_left(self._ids, pos.ledger_id)
         for j in range(i - 1, -1, -1):
             if self._entries[j]:
                 return Position(self._ids[j], len(self._entries[j]) - 1)
-        return Position(pos.ledger_id, pos.entry_id - 1)
+        return Position(pos.ledger_id, -1)
 
     def count_entries(self, start: Position, end: Position) -> int:
         """Entries in the closed span ``[start, end]``."""
