@@ -18,8 +18,7 @@ from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
-from keyshared.storage.cursor import CursorConfig, ManagedCursor
-from keyshared.storage.cursor_store import MetadataCursorStateStore
+from keyshared.storage.cursor import CursorConfig, KeyValueCursorStore, ManagedCursor
 from keyshared.storage.entry import Entry
 from keyshared.storage.ledger import ManagedLedger
 from keyshared.storage.position import EARLIEST, LATEST, Position
@@ -100,7 +99,7 @@ class PersistentTopic:
         self.closed = False
         self._read_errors = 0
         self.cursor_config = CursorConfig.from_broker_config(self.config)
-        self.cursor_store = MetadataCursorStateStore(service.storage.metadata, ledger.name)
+        self.cursor_store = KeyValueCursorStore(service.storage.metadata, f"cursors/{ledger.name}/")
         self.dedup: Deduplication | None = None
         # Sends that arrive while deduplication state is being recovered wait here.
         self._held: list[tuple[Producer, int, int, bytes, PublishCallback]] | None = None

@@ -73,6 +73,7 @@ class ServerConnection(asyncio.Protocol):
         self.producers: dict[int, Producer] = {}
         self.consumers: dict[int, Consumer] = {}
         self.last_received = time.monotonic()
+        self._out: list[bytes] = []
         self._ping_handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handlers: dict[int, Callable[[pb.BaseCommand, Any], None]] = {
@@ -171,9 +172,35 @@ class ServerConnection(asyncio.Protocol):
 
     # --- output ------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        """Send bytes if the connection is still open."""
+        """Queue bytes for this connection; they go out together at the end of the turn.
+
+        Receipts and messages are produced one by one while a batch of frames is handled;
+        writing each on its own would cost a system call per message.
+        """
+        if self.transport is None or self.closed:
+            return
+        out = self._out
+        out.append(data)
+        if len(out) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def write_many(self, chunks: list[bytes]) -> None:
+        """Queue several buffers (e.g. MESSAGE headers and stored payloads)."""
+        if self.transport is None or self.closed or not chunks:
+            return
+        out = self._out
+        scheduled = bool(out)
+        out.extend(chunks)
+        if not scheduled:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        out = self._out
+        if not out:
+            return
+        self._out = []
         if self.transport is not None and not self.closed:
-            self.transport.write(data)
+            self.transport.writelines(out)
 
     def send_command(self, cmd: pb.BaseCommand) -> None:
         """Encode and send one command."""
@@ -183,6 +210,7 @@ class ServerConnection(asyncio.Protocol):
         """Close this one connection after bad input; the broker goes on."""
         log.warning("closing connection %s: %s", self._address, reason)
         if self.transport is not None and not self.closed:
+            self._flush()
             self.transport.close()
         self.closed = True
 
@@ -739,7 +767,7 @@ class ServerConnection(asyncio.Protocol):
                 )
             )
             append(data)
-        self.transport.writelines(frames)
+        self.write_many(frames)
 
     def close_consumer(self, consumer: Consumer) -> None:
         """Broker-initiated close: the client re-subscribes."""
