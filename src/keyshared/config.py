@@ -54,6 +54,8 @@ class BrokerConfig:
     defaultRetentionTimeInMinutes: int = 0
     defaultRetentionSizeInMB: int = 0
     ttlDurationDefaultInSeconds: int = 0
+    # Pulsar's is whole minutes; fractions are accepted here (tests use seconds).
+    messageExpiryCheckIntervalInMinutes: float = 5.0
     # --- dispatch ------------------------------------------------------------------------
     dispatcherMaxReadBatchSize: int = 100
     dispatcherMinReadBatchSize: int = 1

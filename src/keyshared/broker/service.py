@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
@@ -220,12 +221,19 @@ class BrokerService:
     async def _flush_loop(self) -> None:
         # Each cursor rate-limits itself (managedLedgerDefaultMarkDeleteRateLimit); asking every
         # second bounds how long an ack can stay only in memory once acks stop coming.
+        expiry_every = max(self.config.messageExpiryCheckIntervalInMinutes * 60.0, 0.1)
+        next_expiry = time.monotonic() + expiry_every
         while True:
             await asyncio.sleep(1.0)
+            check_expiry = time.monotonic() >= next_expiry
+            if check_expiry:
+                next_expiry = time.monotonic() + expiry_every
             for topic in list(self.topics.values()):
                 try:
                     topic.flush_cursors()
-                    topic.trim_consumed_ledgers()
+                    if check_expiry:
+                        await topic.expire_messages()
+                    await topic.trim_consumed_ledgers()
                 except Exception:  # pragma: no cover - keep going with the others
                     log.exception("periodic work on %s", topic.name)
 

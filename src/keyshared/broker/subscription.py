@@ -55,6 +55,7 @@ class Subscription:
         self.redelivery_counts: dict[Position, int] = {}
         self.last_mark_delete_advanced = 0
         self.blocked_on_ack_state = False
+        self.last_expire_timestamp = 0
         self.last_consumed_timestamp = 0
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
@@ -300,7 +301,7 @@ class Subscription:
             "msgDelayed": 0,
             "unackedMessages": sum(c.unacked_messages for c in self.consumers),
             "type": (self.sub_type or SubType.Exclusive).name,
-            "lastExpireTimestamp": 0,
+            "lastExpireTimestamp": self.last_expire_timestamp,
             "lastConsumedFlowTimestamp": max(
                 (c.last_consumed_flow_timestamp for c in self.consumers), default=0
             ),

@@ -104,6 +104,7 @@ class PersistentTopic:
         # Sends that arrive while deduplication state is being recovered wait here.
         self._held: list[tuple[Producer, int, int, bytes, PublishCallback]] | None = None
         self.ready: asyncio.Future[None] | None = None
+        self._ledger_times: dict[int, int] = {}
         self._policy_cache: dict[str, Any] = {}
         self._policy_generation = -1
         if self.policy("deduplicationEnabled"):
@@ -346,15 +347,15 @@ class PersistentTopic:
     def on_subscription_progress(self) -> None:
         """A cursor's mark-delete moved (trimming happens on the next periodic pass)."""
 
-    def trim_consumed_ledgers(self) -> list[int]:
-        """Delete closed ledgers every durable cursor has passed, if retention allows.
+    async def trim_consumed_ledgers(self) -> list[int]:
+        """Delete closed ledgers every durable cursor has passed, as retention allows.
 
-        With Pulsar's default retention (0 minutes, 0 MB) consumed data goes as soon as its
-        ledger is closed; non-durable cursors (readers) hold nothing, as in Pulsar. Any other
-        retention setting keeps everything for now (time/size retention is the cursor issue's).
+        Pulsar's rule: a consumed ledger goes (oldest first) once the consumed data is over
+        the retention size or the ledger is older than the retention time; -1 means no limit
+        on that side, and the default 0/0 deletes consumed data as soon as its ledger is
+        closed. Non-durable cursors (readers) hold nothing, as in Pulsar. A ledger's age is
+        the publish time of its last entry.
         """
-        if self.policy("retentionTimeInMinutes") != 0 or self.policy("retentionSizeInMB") != 0:
-            return []
         ledger = self.ledger
         ledgers = ledger.ledgers
         if len(ledgers) < 2:
@@ -364,12 +365,72 @@ class PersistentTopic:
             bound = ledger.next_position(min(c.mark_delete_position for c in durable))
         else:
             bound = ledger.next_position(ledger.last_add_confirmed)
-        if bound.ledger_id <= ledgers[0].ledger_id:
+        consumed = [
+            li
+            for li in ledgers[:-1]
+            if li.ledger_id < bound.ledger_id
+            or (li.ledger_id == bound.ledger_id and li.entries <= bound.entry_id)
+        ]
+        if not consumed:
+            return []
+        time_min = int(self.policy("retentionTimeInMinutes"))
+        size_mb = int(self.policy("retentionSizeInMB"))
+        if time_min < 0 and size_mb < 0:
+            return []
+        now_ms = time.time() * 1000
+        retained = sum(li.size for li in consumed)
+        last_doomed = None
+        for li in consumed:
+            over_size = size_mb >= 0 and retained > size_mb * 1024 * 1024
+            expired = False
+            if time_min >= 0 and not over_size:
+                closed_at = await self._ledger_time(li.ledger_id, li.entries)
+                expired = closed_at is not None and now_ms - closed_at > time_min * 60_000
+            if not (over_size or expired):
+                break
+            retained -= li.size
+            last_doomed = li
+        if last_doomed is None:
             return []
         if self.dedup is not None and self._held is None:
             # The deduplication snapshot must cover what is about to disappear.
             self.dedup.snapshot()
-        return ledger.trim(bound)
+        return ledger.trim(Position(last_doomed.ledger_id, last_doomed.entries))
+
+    async def _ledger_time(self, ledger_id: int, entries: int) -> int | None:
+        """Publish time of a ledger's last entry (cached: closed ledgers do not change)."""
+        cached = self._ledger_times.get(ledger_id)
+        if cached is not None:
+            return cached
+        if entries <= 0:
+            return 0
+        entry = await self.ledger.read_entry(Position(ledger_id, entries - 1))
+        if entry is None:
+            return None
+        value = self.entry_meta(entry).publish_time
+        self._ledger_times[ledger_id] = value
+        return value
+
+    async def expire_messages(self) -> None:
+        """Message TTL: entries older than ``message_ttl_in_seconds`` are acked on every durable
+        subscription (Pulsar's expiry monitor, which moves the mark-delete position)."""
+        ttl = int(self.policy("message_ttl_in_seconds"))
+        if ttl <= 0:
+            return
+        subs = [s for s in self.subscriptions.values() if s.durable]
+        if not subs or self.ledger.last_add_confirmed.entry_id < 0:
+            return
+        cutoff = int(time.time() * 1000) - ttl * 1000
+        first_live = await self.find_position_by_time(cutoff + 1)
+        last_expired = self.ledger.previous_position(first_live)
+        if last_expired.entry_id < 0:
+            return
+        for sub in subs:
+            cursor = sub.cursor
+            if last_expired > cursor.mark_delete_position:
+                cursor.ack_cumulative(last_expired)
+                sub.last_expire_timestamp = int(time.time() * 1000)
+                sub._after_manual_ack()
 
     def flush_cursors(self) -> None:
         """Persist changed ack state (rate limited by each cursor)."""
