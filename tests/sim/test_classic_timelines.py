@@ -1,0 +1,216 @@
+"""Seed pip-282's two out-of-order timelines, replayed against the classic dispatcher.
+
+Each timeline is run twice: with Pulsar 4.x's classic rule (recently joined consumers keyed by
+the cursor's *read position*), where the new consumer sees a key out of order, and with the
+seed's rule (keyed by the *last sent position*), where it does not. The first run is what shows
+the test can fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, SubType
+from keyshared.broker.dispatch.base import LoopScheduler
+from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
+from keyshared.broker.dispatch.selectors import ConsistentHashingStickyKeyConsumerSelector
+from keyshared.broker.subscription import AckItem, Subscription
+from keyshared.config import BrokerConfig
+from keyshared.protocol import sticky_key_hash
+from keyshared.storage.cursor import ManagedCursor
+from keyshared.storage.memory import InMemoryLedger
+from keyshared.storage.position import EARLIEST, Position
+from tests.sim.world import SimTopic, SimTransport, payload
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.consumer_name = name
+
+
+def _keys_for_timeline() -> tuple[str, str]:
+    """Keys a, b such that: with c1+c2, a -> c1 and b -> c2; once c3 joins, a -> c3, b -> c2."""
+    names = {n: _Named(n) for n in ("c1", "c2", "c3")}
+    before: ConsistentHashingStickyKeyConsumerSelector[_Named] = (
+        ConsistentHashingStickyKeyConsumerSelector(100)
+    )
+    before.add_consumer(names["c1"])
+    before.add_consumer(names["c2"])
+    after: ConsistentHashingStickyKeyConsumerSelector[_Named] = (
+        ConsistentHashingStickyKeyConsumerSelector(100)
+    )
+    for n in ("c1", "c2", "c3"):
+        after.add_consumer(names[n])
+
+    def owners(key: str) -> tuple[str, str]:
+        h = sticky_key_hash(key.encode()) % 65535 + 1
+        b, a = before.select(h), after.select(h)
+        assert b is not None and a is not None
+        return b.consumer_name, a.consumer_name
+
+    key_a = next(k for k in (f"a{i}" for i in range(10_000)) if owners(k) == ("c1", "c3"))
+    key_b = next(k for k in (f"b{i}" for i in range(10_000)) if owners(k) == ("c2", "c2"))
+    return key_a, key_b
+
+
+KEY_A, KEY_B = _keys_for_timeline()
+
+
+class Timeline:
+    """A Key_Shared subscription on an in-memory ledger, driven step by step."""
+
+    def __init__(self, join_position: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        config = BrokerConfig()
+        config.subscriptionKeySharedUseClassicPersistentImplementation = True
+        # One read takes all that is there, as in the seed's timelines.
+        config.dispatcherMinReadBatchSize = 100
+        self.topic = SimTopic(config)
+        self.ledger = InMemoryLedger()
+        cursor = ManagedCursor("sub", self.ledger, None, durable=True, initial_position=EARLIEST)
+        scheduler = LoopScheduler(self.loop)
+        self.sub = Subscription(
+            self.topic,  # type: ignore[arg-type]
+            "sub",
+            cursor,
+            durable=True,
+            config=config,
+            scheduler=scheduler,
+        )
+        self.sub.sub_type = SubType.Key_Shared
+        self.sub.dispatcher = ClassicKeySharedDispatcher(
+            self.sub,
+            scheduler,
+            mode="AUTO_SPLIT",
+            allow_out_of_order=False,
+            join_position=join_position,
+        )
+        self.received: dict[str, list[tuple[str, Position]]] = {}
+        self.consumers: dict[str, Consumer] = {}
+
+    def publish(self, key: str) -> Position:
+        pos = self.ledger.add_entry(payload(key, 1, False))
+        self.settle()
+        return pos
+
+    def join(self, name: str, permits: int) -> Consumer:
+        transport = SimTransport(self._on_messages, lambda c: None)
+        consumer = Consumer(
+            consumer_id=len(self.consumers),
+            consumer_name=name,
+            subscription=self.sub,
+            sub_type=SubType.Key_Shared,
+            transport=transport,
+            key_shared_meta=KeySharedMeta(),
+            track_pending_acks=True,
+        )
+        self.consumers[name] = consumer
+        self.received[name] = []
+        self.sub.add_consumer(consumer)
+        consumer.add_permits(permits)
+        assert self.sub.dispatcher is not None
+        self.sub.dispatcher.consumer_flow(consumer, permits)
+        self.settle()
+        return consumer
+
+    def _on_messages(self, consumer: Consumer, messages: list[OutboundMessage]) -> None:
+        for m in messages:
+            key = self.topic.entry_meta(m.entry)
+            name = KEY_A if key.key_hash == sticky_key_hash(KEY_A.encode()) else KEY_B
+            self.received[consumer.consumer_name].append((name, m.entry.position))
+
+    def ack_all(self, name: str) -> None:
+        consumer = self.consumers[name]
+        pending = list(consumer.pending_acks or {})
+        self.sub.acknowledge(consumer, False, [AckItem(p) for p in pending])
+        self.settle()
+
+    def leave(self, name: str) -> None:
+        self.sub.remove_consumer(self.consumers.pop(name))
+        self.settle()
+
+    def settle(self) -> None:
+        for _ in range(50):
+            self.loop.run_until_complete(asyncio.sleep(0))
+
+    def positions_of(self, name: str, key: str) -> list[Position]:
+        return [p for k, p in self.received[name] if k == key]
+
+    def close(self) -> None:
+        self.loop.close()
+        asyncio.set_event_loop(None)
+
+
+@pytest.fixture(params=["read", "last_sent"])
+def timeline(request: pytest.FixtureRequest) -> Iterator[Timeline]:
+    t = Timeline(request.param)
+    yield t
+    t.close()
+
+
+def _in_order(positions: list[Position]) -> bool:
+    return positions == sorted(positions)
+
+
+def test_issue_1_entries_read_before_a_join(timeline: Timeline) -> None:
+    """Seed issue-1: 1:6-1:8 key-a, 1:9-1:11 key-b; c1 takes one message, c2 many."""
+    timeline.join("c1", 1)
+    timeline.join("c2", 1000)
+    for key in (KEY_A, KEY_A, KEY_A, KEY_B, KEY_B, KEY_B):
+        timeline.ledger.add_entry(payload(key, 1, False))
+    timeline.settle()
+    assert len(timeline.positions_of("c1", KEY_A)) == 1
+    assert len(timeline.positions_of("c2", KEY_B)) == 3
+    timeline.join("c3", 1000)  # key-a moves to c3; c1 never acks its message
+    timeline.leave("c1")
+    for _ in range(3):
+        timeline.ack_all("c3")
+    got = timeline.positions_of("c3", KEY_A)
+    assert sorted(got) == [Position(1, 0), Position(1, 1), Position(1, 2)]
+    if timeline.sub.dispatcher.join_position == "read":  # type: ignore[union-attr]
+        assert not _in_order(got), "the read-position rule should show the seed's bug"
+    else:
+        assert _in_order(got)
+
+
+def test_issue_2_entry_queued_without_consumer_action(timeline: Timeline) -> None:
+    """Seed issue-2: 2:2 is queued for replay because c1 has no permits, then c3 joins."""
+    timeline.join("c1", 1)
+    timeline.join("c2", 1000)
+    timeline.publish(KEY_A)  # -> c1, which now has no permits
+    timeline.publish(KEY_A)  # -> replay queue
+    assert len(timeline.positions_of("c1", KEY_A)) == 1
+    timeline.join("c3", 1000)
+    timeline.leave("c1")
+    for _ in range(3):
+        timeline.ack_all("c3")
+    got = timeline.positions_of("c3", KEY_A)
+    assert sorted(got) == [Position(1, 0), Position(1, 1)]
+    if timeline.sub.dispatcher.join_position == "read":  # type: ignore[union-attr]
+        assert not _in_order(got), "the read-position rule should show the seed's bug"
+    else:
+        assert _in_order(got)
+
+
+def test_classic_stats_show_join_positions() -> None:
+    t = Timeline("last_sent")
+    try:
+        t.join("c1", 1)
+        t.join("c2", 1000)
+        for key in (KEY_A, KEY_A, KEY_B):
+            t.ledger.add_entry(payload(key, 1, False))
+        t.settle()
+        t.join("c3", 1000)
+        assert t.sub.dispatcher is not None
+        st = t.sub.dispatcher.stats()
+        after = st["consumersAfterMarkDeletePosition"]
+        assert list(after.values()) == ["1:0"]
+        assert next(iter(after)).startswith("consumerName=c3, consumerId=2")
+        cs = t.sub.dispatcher.consumer_stats(t.consumers["c3"])
+        assert cs["lastSentPositionWhenJoining"] == "1:0"
+    finally:
+        t.close()
