@@ -331,6 +331,11 @@ T = "/admin/v2/persistent/acme/orders/o1"
             Access(NAMESPACE, "acme", "acme/orders", "consume"),
         ),
         ("GET", T + "/examinemessage", Access(NAMESPACE, "acme", "acme/orders", "consume")),
+        (
+            "GET",
+            T + "/messageid/1700000000000",
+            Access(NAMESPACE, "acme", "acme/orders", "consume"),
+        ),
         ("PUT", T, Access(TENANT_ADMIN, "acme")),
         ("DELETE", T, Access(TENANT_ADMIN, "acme")),
         ("PUT", T + "/partitions", Access(TENANT_ADMIN, "acme")),

@@ -51,7 +51,7 @@ _TOPIC_LOOKUP_GETS = frozenset(
     }
 )
 
-_TOPIC_CONSUME = frozenset({"subscriptions", "subscription", "examinemessage"})
+_TOPIC_CONSUME = frozenset({"subscriptions", "subscription", "examinemessage", "messageid"})
 
 UNAUTHENTICATED_REASON = "Authentication required"
 UNAUTHORIZED_REASON = "Not authorized to access this resource"
