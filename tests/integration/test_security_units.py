@@ -266,6 +266,15 @@ def test_namespace_permissions_super_users_and_tenant_admins() -> None:
     with pytest.raises(BrokerError) as info:
         authz.check("root", "bad/name", "produce")
     assert info.value.code == ServerError.InvalidTopicName
+    authz.check_namespace("reader", "acme/orders", "lookup")
+    authz.check_namespace("acme-admin", "acme/billing", "lookup")
+    for role in ("stranger", None, "producer"):
+        with pytest.raises(BrokerError) as info:
+            authz.check_namespace(role, "acme/billing", "lookup")
+        assert info.value.code == ServerError.AuthorizationError
+    with pytest.raises(BrokerError) as info:
+        authz.check_namespace("root", "no-slash", "lookup")
+    assert info.value.code == ServerError.InvalidTopicName
 
 
 # --- which admin path needs what ----------------------------------------------------------------

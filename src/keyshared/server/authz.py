@@ -62,6 +62,20 @@ class NamespaceAuthorizer:
                 f"Client is not authorized to {action.capitalize()} on {name.full}",
             )
 
+    def check_namespace(self, role: str | None, namespace: str, action: str) -> None:
+        """Raise BrokerError(AuthorizationError) unless ``role`` may ``action`` in ``namespace``.
+
+        For requests about a whole namespace, such as GET_TOPICS_OF_NAMESPACE (``lookup``).
+        """
+        tenant, sep, local = namespace.partition("/")
+        if not sep or not tenant or not local or "/" in local:
+            raise BrokerError(ServerError.InvalidTopicName, f"Invalid namespace {namespace!r}")
+        if not self.can(role, tenant, namespace, action):
+            raise BrokerError(
+                ServerError.AuthorizationError,
+                f"Client is not authorized to {action.capitalize()} on {namespace}",
+            )
+
     # --- decisions -----------------------------------------------------------------------
     def is_super_user(self, role: str | None) -> bool:
         """True for a role in ``superUserRoles``."""
