@@ -1,0 +1,1 @@
+"""Crash tests: SIGKILL the broker under load, restart it, audit what survived."""
