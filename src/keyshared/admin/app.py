@@ -10,6 +10,11 @@ from fastapi.responses import JSONResponse, Response
 
 from keyshared import __version__
 from keyshared.admin.permissions import add_permission_routes
+from keyshared.admin.rest import install_rest_errors
+from keyshared.admin.routes_namespaces import namespace_routes
+from keyshared.admin.routes_subscriptions import subscription_routes
+from keyshared.admin.routes_tenants import tenant_routes
+from keyshared.admin.routes_topics import topic_routes
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
@@ -62,94 +67,12 @@ def create_app(service: BrokerService) -> FastAPI:
             raise BrokerError(ServerError.TopicNotFound, f"Topic {name} not found")
         return service.get_topic(name, create=False)
 
-    # --- tenants and namespaces --------------------------------------------------------------
-    @app.get("/admin/v2/tenants")
-    async def list_tenants() -> list[str]:
-        return [k.split("/", 1)[1] for k in service.storage.metadata.list_keys("tenants/")]
-
-    @app.get("/admin/v2/namespaces/{tenant}")
-    async def list_namespaces(tenant: str) -> list[str]:
-        return [
-            k.split("/", 1)[1] for k in service.storage.metadata.list_keys(f"namespaces/{tenant}/")
-        ]
-
-    # --- topics ------------------------------------------------------------------------------
-    @app.get("/admin/v2/persistent/{tenant}/{namespace}")
-    async def list_topics(tenant: str, namespace: str) -> list[str]:
-        ns = f"{tenant}/{namespace}"
-        if not service.namespace_exists(ns):
-            raise BrokerError(ServerError.TopicNotFound, f"Namespace {ns} does not exist")
-        return sorted(service.list_topics(ns))
-
-    @app.get("/admin/v2/persistent/{tenant}/{namespace}/partitioned")
-    async def list_partitioned(tenant: str, namespace: str) -> list[str]:
-        ns = f"{tenant}/{namespace}"
-        if not service.namespace_exists(ns):
-            raise BrokerError(ServerError.TopicNotFound, f"Namespace {ns} does not exist")
-        return sorted(service.list_partitioned_topics(ns))
-
-    @app.put("/admin/v2/persistent/{tenant}/{namespace}/{topic}", status_code=204)
-    async def create_topic(tenant: str, namespace: str, topic: str) -> Response:
-        service.create_topic(topic_name(tenant, namespace, topic))
-        return Response(status_code=204)
-
-    @app.delete("/admin/v2/persistent/{tenant}/{namespace}/{topic}", status_code=204)
-    async def delete_topic(
-        tenant: str, namespace: str, topic: str, force: bool = Query(False)
-    ) -> Response:
-        await service.delete_topic(topic_name(tenant, namespace, topic), force=force)
-        return Response(status_code=204)
-
-    @app.put("/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions", status_code=204)
-    async def create_partitioned(
-        tenant: str, namespace: str, topic: str, partitions: int = Body(...)
-    ) -> Response:
-        service.create_partitioned_topic(topic_name(tenant, namespace, topic), partitions)
-        return Response(status_code=204)
-
-    @app.post("/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions", status_code=204)
-    async def update_partitioned(
-        tenant: str, namespace: str, topic: str, partitions: int = Body(...)
-    ) -> Response:
-        service.update_partitioned_topic(topic_name(tenant, namespace, topic), partitions)
-        return Response(status_code=204)
-
-    @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions")
-    async def get_partitions(tenant: str, namespace: str, topic: str) -> dict[str, int]:
-        return {"partitions": service.partitions_of(topic_name(tenant, namespace, topic))}
-
-    @app.delete("/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitions", status_code=204)
-    async def delete_partitioned(
-        tenant: str, namespace: str, topic: str, force: bool = Query(False)
-    ) -> Response:
-        await service.delete_partitioned_topic(topic_name(tenant, namespace, topic), force=force)
-        return Response(status_code=204)
-
-    @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/stats")
-    async def topic_stats(tenant: str, namespace: str, topic: str) -> Any:
-        return existing_topic(tenant, namespace, topic).stats()
-
-    @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/internalStats")
-    async def topic_internal_stats(tenant: str, namespace: str, topic: str) -> Any:
-        return existing_topic(tenant, namespace, topic).internal_stats()
-
-    @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscriptions")
-    async def topic_subscriptions(tenant: str, namespace: str, topic: str) -> list[str]:
-        return sorted(existing_topic(tenant, namespace, topic).subscriptions)
-
-    @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/partitioned-stats")
-    async def partitioned_stats(
-        tenant: str, namespace: str, topic: str, perPartition: bool = Query(True)
-    ) -> Any:
-        name = topic_name(tenant, namespace, topic)
-        n = service.partitions_of(name)
-        if n == 0:
-            raise BrokerError(ServerError.TopicNotFound, f"Partitioned topic {name} not found")
-        parts: dict[str, Any] = {}
-        for i in range(n):
-            part = name.partition(i)
-            parts[part.full] = service.get_topic(part, create=True).stats()
-        return _aggregate_partitioned(n, parts, per_partition=perPartition)
+    # Pulsar's resources, one module each; registered first so that their paths win.
+    install_rest_errors(app)
+    app.include_router(tenant_routes(service))
+    app.include_router(namespace_routes(service))
+    app.include_router(topic_routes(service))
+    app.include_router(subscription_routes(service))
 
     @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/hashBlockers")
     async def hash_blockers(
@@ -240,50 +163,3 @@ def create_app(service: BrokerService) -> FastAPI:
         return Response("ok", media_type="text/plain")
 
     return app
-
-
-_SUMMED = (
-    "msgRateIn",
-    "msgThroughputIn",
-    "msgRateOut",
-    "msgThroughputOut",
-    "bytesInCounter",
-    "msgInCounter",
-    "bytesOutCounter",
-    "msgOutCounter",
-    "storageSize",
-    "backlogSize",
-)
-
-
-def _aggregate_partitioned(n: int, parts: dict[str, Any], *, per_partition: bool) -> dict[str, Any]:
-    """PartitionedTopicStats: sums over partitions, subscriptions merged by name."""
-    out: dict[str, Any] = {k: 0 for k in _SUMMED}
-    out["metadata"] = {"partitions": n}
-    out["publishers"] = []
-    subs: dict[str, Any] = {}
-    for st in parts.values():
-        for k in _SUMMED:
-            out[k] += st[k]
-        out["publishers"].extend(st["publishers"])
-        for name, s in st["subscriptions"].items():
-            agg = subs.setdefault(
-                name,
-                {
-                    "msgBacklog": 0,
-                    "unackedMessages": 0,
-                    "msgOutCounter": 0,
-                    "bytesOutCounter": 0,
-                    "type": s["type"],
-                    "consumers": [],
-                },
-            )
-            for k in ("msgBacklog", "unackedMessages", "msgOutCounter", "bytesOutCounter"):
-                agg[k] += s[k]
-            agg["consumers"].extend(s["consumers"])
-    out["subscriptions"] = subs
-    out["averageMsgSize"] = (
-        out["bytesInCounter"] / out["msgInCounter"] if out["msgInCounter"] else 0
-    )
-    out["partitions"] = parts if per_partition else {}
-    return out

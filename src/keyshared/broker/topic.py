@@ -172,9 +172,32 @@ class PersistentTopic:
         return cache[key]
 
     def on_policies_changed(self) -> None:
-        """A policy changed: let every dispatcher look again (e.g. a pause lifted)."""
+        """A policy changed: apply it to this loaded topic, and let every dispatcher look
+        again (e.g. a pause lifted). Retention and TTL are read where they are used."""
+        self._apply_dedup_policy()
         for sub in self.subscriptions.values():
             sub.kick_dispatch()
+
+    def _apply_dedup_policy(self) -> None:
+        """Switch deduplication on or off on the live topic, as Pulsar does without a reload.
+
+        On: its state is recovered from the last snapshot and the entries after it while new
+        sends wait (a send already handed to storage before this is not recorded if recovery
+        read past it). Off: the state is snapshotted first, so switching it on again resumes
+        from there. A change during recovery is applied once recovery is over.
+        """
+        if self.closed:
+            return
+        if self._held is not None:
+            if self.ready is not None:
+                self.ready.add_done_callback(lambda _: self._apply_dedup_policy())
+            return
+        enabled = bool(self.policy("deduplicationEnabled"))
+        if enabled and self.dedup is None:
+            self._enable_dedup()
+        elif not enabled and self.dedup is not None:
+            self.dedup.snapshot()
+            self.dedup = None
 
     # --- deduplication -------------------------------------------------------------------
     def _enable_dedup(self) -> None:
