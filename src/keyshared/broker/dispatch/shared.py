@@ -354,10 +354,11 @@ class SharedDispatcher(Dispatcher):
                 # An older entry was queued while this read was in flight: dispatching this
                 # read now could overtake it, so queue everything and replay in order.
                 if read_type == NORMAL:
+                    topic = self.subscription.topic
                     for e in entries:
-                        self.add_to_replay(
-                            e.position, self.subscription.topic.entry_meta(e).key_hash
-                        )
+                        # The hash the replay queue counts is the one filter_and_group looks
+                        # up: the selector slot, not the raw key hash.
+                        self.add_to_replay(e.position, self.pending_hash(topic.entry_meta(e)))
                 self.read_more()
                 return
         groups = self.filter_and_group(entries, read_type)
