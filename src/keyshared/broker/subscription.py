@@ -151,8 +151,9 @@ class Subscription:
             return
         if disp.have_pending_read and self.should_pause_on_ack_state():
             # A normal read parked at the tail would deliver new entries despite the pause;
-            # drop it (the cursor's epoch makes that safe) and let only replays run.
-            disp.forget_reads()
+            # drop it (the cursor's epoch makes that safe) and let only replays run. A read
+            # that already completed is not dropped: the cursor moved past its entries.
+            disp.cancel_parked_read()
         disp.read_more()
 
     def _ack_one(self, consumer: Consumer, item: AckItem) -> int:

@@ -179,6 +179,18 @@ class Dispatcher:
         self.have_pending_read = False
         self.have_pending_replay_read = False
 
+    def cancel_parked_read(self) -> bool:
+        """Cancel the normal read if the cursor still holds it (reading, or waiting for entries).
+
+        A read the cursor already finished has moved the read position past its entries, and
+        its result is on its way to ``_read_complete``: forgetting it would skip those entries
+        until the next rewind. Such a read is left alone. Returns whether a read was cancelled.
+        """
+        if not self.have_pending_read or not self.cursor.has_pending_read:
+            return False
+        self.forget_reads()
+        return True
+
     def grow_read_batch(self) -> None:
         """Double the read batch after a full read, as Pulsar does, up to the configured max."""
         self.read_batch_size = min(self.read_batch_size * 2, self.config.dispatcherMaxReadBatchSize)

@@ -179,9 +179,9 @@ class KeySharedDispatcher(SharedDispatcher):
 
         def fire() -> None:
             self._unblock_handle = None
-            if self.have_pending_read and len(self.replay) and not self.have_pending_replay_read:
+            if len(self.replay) and not self.have_pending_replay_read:
                 # A parked normal read must not hold up the replay that just became possible.
-                self.forget_reads()
+                self.cancel_parked_read()
             self.read_more()
 
         self._unblock_handle = (
