@@ -35,12 +35,15 @@ class ReplayQueue:
     per-hash counts let Key_Shared hold back new entries of a key that has older ones queued.
     """
 
-    __slots__ = ("_hash_counts", "_positions", "track_hashes")
+    __slots__ = ("_hash_counts", "_positions", "min_added_with_hash", "track_hashes")
 
     def __init__(self, *, track_hashes: bool = False) -> None:
         self._positions: SortedDict = SortedDict()
         self._hash_counts: dict[int, int] = {}
         self.track_hashes = track_hashes
+        # The lowest position queued with a known hash since the dispatcher last reset this
+        # (when it issues a replay read): Key_Shared checks it when that read completes.
+        self.min_added_with_hash: Position | None = None
 
     def __len__(self) -> int:
         return len(self._positions)
@@ -58,6 +61,9 @@ class ReplayQueue:
         self._positions[pos] = key_hash
         if key_hash and self.track_hashes:
             self._hash_counts[key_hash] = self._hash_counts.get(key_hash, 0) + 1
+            low = self.min_added_with_hash
+            if low is None or pos < low:
+                self.min_added_with_hash = pos
 
     def remove(self, pos: Position) -> None:
         """Drop ``pos`` if queued."""
@@ -272,6 +278,7 @@ class SharedDispatcher(Dispatcher):
                 # would otherwise make every replay read look overtaken, and be re-read at once
                 # forever without dispatching anything.
                 self._min_replayed = self.replay.first()
+                self.replay.min_added_with_hash = None
                 gen = self.read_generation
                 on_done(
                     self.cursor.replay_entries(positions),
@@ -359,6 +366,14 @@ class SharedDispatcher(Dispatcher):
                         # The hash the replay queue counts is the one filter_and_group looks
                         # up: the selector slot, not the raw key hash.
                         self.add_to_replay(e.position, self.pending_hash(topic.entry_meta(e)))
+                self.read_more()
+                return
+            added = self.replay.min_added_with_hash
+            if read_type == REPLAY and added is not None and added < entries[-1].position:
+                # A consumer left while this replay read was in flight, and what it held was
+                # queued, older than some entries read: if one is of the same key it must go
+                # first, and the head check above cannot see that when an even older entry
+                # heads the queue. Everything read is still queued: replay again, in order.
                 self.read_more()
                 return
         groups = self.filter_and_group(entries, read_type)
