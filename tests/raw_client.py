@@ -153,6 +153,17 @@ class RawClient:
             raise AssertionError(f"broker sent an undecodable frame: {exc}") from exc
         raise AssertionError(f"connection still open after {timeout}s; received {got}")
 
+    def wait_closed_silently(self, timeout: float = 5.0) -> None:
+        """Wait for the broker to close the connection while we answer nothing, not even PINGs:
+        a client that has gone quiet. AssertionError if it is still open after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        try:
+            while self._fill(deadline):
+                pass
+        except ConnectionClosed:
+            return
+        raise AssertionError(f"connection still open after {timeout}s of silence")
+
     def ping_pong(self, timeout: float | None = None) -> list[Frame]:
         """Send PING and wait for PONG: proves the connection is alive and everything sent before
         was handled. Returns the other frames that arrived before the PONG."""

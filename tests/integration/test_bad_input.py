@@ -595,3 +595,37 @@ def test_many_bad_connections_do_not_leak(broker: BrokerProcess) -> None:
         finally:
             r.close()
     assert_no_publishers(broker, topic)
+
+
+def test_silent_clients_are_closed_by_keepalive(fresh_broker: BrokerProcess) -> None:
+    """A client that stops answering (gone without FIN or RST, or stuck mid-frame) is closed
+    after two keepalive intervals and its producer released; a live client stays connected."""
+    fresh_broker.conf["keepAliveIntervalSeconds"] = 1
+    fresh_broker.start()
+    topic = new_topic()
+    silent = RawClient.to(fresh_broker.service_url)
+    stuck = RawClient.to(fresh_broker.service_url)
+    client = make_client(fresh_broker.service_url)
+    try:
+        silent.handshake()
+        silent.create_producer(topic)
+        stuck.handshake()
+        pid, name = stuck.create_producer(topic)
+        frame = stuck.send_frame(pid, name, 0, b"stuck")
+        stuck.send(frame[:-3])
+        producer = client.create_producer(topic, batching_enabled=False)
+        started = time.monotonic()
+        # Read without answering PINGs: the broker must give up on both.
+        silent.wait_closed_silently(timeout=6)
+        stuck.wait_closed_silently(timeout=6 - (time.monotonic() - started))
+        # The official client answered the broker's PINGs and kept its connection.
+        producer.send(b"alive")
+        status, stats = fresh_broker.admin(
+            "GET", "/admin/v2/" + topic.replace("://", "/") + "/stats"
+        )
+        assert status == 200
+        assert len(stats["publishers"]) == 1
+    finally:
+        silent.close()
+        stuck.close()
+        client.close()
