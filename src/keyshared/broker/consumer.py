@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Protocol
 
+from keyshared.broker.rates import RateMeter
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -117,6 +118,7 @@ class Consumer:
         self.bytes_out_counter = 0
         self.msg_redeliver_counter = 0
         self.msg_ack_counter = 0
+        self.rates = RateMeter(4)
         self.last_acked_timestamp = 0
         self.last_consumed_timestamp = 0
         self.last_consumed_flow_timestamp = 0

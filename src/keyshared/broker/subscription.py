@@ -288,13 +288,14 @@ class Subscription:
         cursor = self.cursor
         backlog = cursor.number_of_entries_in_backlog
         st: dict[str, Any] = {
-            "msgRateOut": 0.0,
-            "msgThroughputOut": 0.0,
+            # As Pulsar: a subscription's rates are the sums of its consumers' rates.
+            "msgRateOut": sum(c["msgRateOut"] for c in consumers),
+            "msgThroughputOut": sum(c["msgThroughputOut"] for c in consumers),
             "bytesOutCounter": sum(c.bytes_out_counter for c in self.consumers)
             + self.bytes_out_counter,
             "msgOutCounter": sum(c.msg_out_counter for c in self.consumers) + self.msg_out_counter,
-            "msgRateRedeliver": 0.0,
-            "messageAckRate": 0.0,
+            "msgRateRedeliver": sum(c["msgRateRedeliver"] for c in consumers),
+            "messageAckRate": sum(c["messageAckRate"] for c in consumers),
             "msgBacklog": backlog,
             "backlogSize": 0,
             "msgBacklogNoDelayed": backlog,

@@ -15,6 +15,7 @@ from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.policies import POLICY_DEFAULTS
+from keyshared.broker.rates import RateMeter
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
@@ -72,6 +73,7 @@ class Producer:
     msg_in_counter: int = 0
     bytes_in_counter: int = 0
     closed: bool = False
+    rates: RateMeter = field(default_factory=RateMeter)
 
 
 class PersistentTopic:
@@ -93,6 +95,7 @@ class PersistentTopic:
         self.subscriptions: dict[str, Subscription] = {}
         self.meta_cache = EntryMetaCache()
         self.msg_in_counter = 0
+        self.rates_in = RateMeter()
         self.bytes_in_counter = 0
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
@@ -484,13 +487,16 @@ class PersistentTopic:
     # --- stats ---------------------------------------------------------------------------
     def consumer_stats(self, c: Consumer) -> dict[str, Any]:
         """ConsumerStats with Pulsar's field names."""
+        rate_out, throughput_out, rate_redeliver, rate_ack = c.rates.rates(
+            c.msg_out_counter, c.bytes_out_counter, c.msg_redeliver_counter, c.msg_ack_counter
+        )
         st: dict[str, Any] = {
-            "msgRateOut": 0.0,
-            "msgThroughputOut": 0.0,
+            "msgRateOut": rate_out,
+            "msgThroughputOut": throughput_out,
             "bytesOutCounter": c.bytes_out_counter,
             "msgOutCounter": c.msg_out_counter,
-            "msgRateRedeliver": 0.0,
-            "messageAckRate": 0.0,
+            "msgRateRedeliver": rate_redeliver,
+            "messageAckRate": rate_ack,
             "chunkedMessageRate": 0.0,
             "consumerName": c.consumer_name,
             "availablePermits": c.available_permits,
@@ -515,9 +521,7 @@ class PersistentTopic:
         publishers = [
             {
                 "accessMode": "Shared",
-                "msgRateIn": 0.0,
-                "msgThroughputIn": 0.0,
-                "averageMsgSize": 0.0,
+                **_producer_rates(p),
                 "chunkedMessageRate": 0.0,
                 "producerId": p.producer_id,
                 "supportsPartialProducer": False,
@@ -533,11 +537,13 @@ class PersistentTopic:
         ]
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
         backlog_size = self.ledger.total_size
+        rate_in, throughput_in = self.rates_in.rates(self.msg_in_counter, self.bytes_in_counter)
         return {
-            "msgRateIn": 0.0,
-            "msgThroughputIn": 0.0,
-            "msgRateOut": 0.0,
-            "msgThroughputOut": 0.0,
+            "msgRateIn": rate_in,
+            "msgThroughputIn": throughput_in,
+            # As Pulsar: what the topic sends is what its subscriptions send.
+            "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
+            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
             "bytesInCounter": self.bytes_in_counter,
             "msgInCounter": self.msg_in_counter,
             "bytesOutCounter": self.bytes_out_counter,
@@ -615,3 +621,12 @@ class PersistentTopic:
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
+def _producer_rates(p: Producer) -> dict[str, float]:
+    rate_in, throughput_in = p.rates.rates(p.msg_in_counter, p.bytes_in_counter)
+    return {
+        "msgRateIn": rate_in,
+        "msgThroughputIn": throughput_in,
+        "averageMsgSize": p.bytes_in_counter / p.msg_in_counter if p.msg_in_counter else 0.0,
+    }
