@@ -484,10 +484,6 @@ def test_role_without_permission_is_refused_alike_for_existing_and_unknown_topic
     assert [code for _, code in answers["secret"]] == [ServerError.AuthorizationError] * 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server/connection.py answers GET_TOPICS_OF_NAMESPACE without asking the authorizer",
-)
 def test_role_without_permission_cannot_list_the_namespace(
     secured: Secured, witnesses: list[Witness]
 ) -> None:

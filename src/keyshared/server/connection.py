@@ -358,6 +358,13 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_get_topics_of_namespace(self, cmd: pb.BaseCommand, _: Any) -> None:
         r = cmd.getTopicsOfNamespace
+        authz = self.server.authorizer
+        if authz is not None:
+            try:
+                authz.check_namespace(self.principal, r.namespace, "lookup")
+            except BrokerError as exc:
+                self._error(r.request_id, exc.code, exc.message)
+                return
         topics = self.service.list_topics(r.namespace)
         self.send_command(
             T(

@@ -26,6 +26,9 @@ class Authorizer(Protocol):
     def check(self, role: str | None, topic: str, action: str) -> None:
         """Raise BrokerError(AuthorizationError) if ``role`` may not ``action`` on ``topic``."""
 
+    def check_namespace(self, role: str | None, namespace: str, action: str) -> None:
+        """Raise BrokerError(AuthorizationError) if ``role`` may not ``action`` in ``namespace``."""
+
 
 class BrokerServer:
     """Listens on the broker service ports and hands each connection to a ServerConnection."""
