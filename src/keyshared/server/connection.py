@@ -300,9 +300,13 @@ class ServerConnection(asyncio.Protocol):
             return
         r = cmd.authResponse.response
         try:
-            self.principal = auth.authenticate(r.auth_method_name, bytes(r.auth_data))
+            principal = auth.authenticate(r.auth_method_name, bytes(r.auth_data))
         except BrokerError as exc:
             self._fail(f"re-authentication failed: {exc.message}")
+            return
+        if principal != self.principal:
+            # As Pulsar: a refresh renews credentials, it never changes who the client is.
+            self._fail("re-authentication changed the role")
 
     def _on_ping(self, cmd: pb.BaseCommand, _: Any) -> None:
         self.send_command(T(type=T.PONG, pong=pb.CommandPong()))
