@@ -10,6 +10,7 @@ read back from the earliest position.
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 import uuid
@@ -628,4 +629,45 @@ def test_silent_clients_are_closed_by_keepalive(fresh_broker: BrokerProcess) -> 
     finally:
         silent.close()
         stuck.close()
+        client.close()
+
+
+def test_consumer_that_never_reads_does_not_stall_the_others(
+    broker: BrokerProcess, raw: RawClient
+) -> None:
+    """A Shared consumer with unlimited permits that stops reading its socket holds only what
+    fits in the buffers; the other consumer gets the rest, and everything once it vanishes."""
+    raw.handshake()
+    topic = new_topic()
+    client = make_client(broker.service_url)
+    try:
+        raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        cid = raw.subscribe(topic, "shared", pb.CommandSubscribe.Shared)
+        raw.send(commands.flow(consumer_id=cid, permits=(1 << 32) - 1))
+        other = client.subscribe(
+            topic, "shared", consumer_type=pulsar.ConsumerType.Shared, receiver_queue_size=100
+        )
+        producer = client.create_producer(
+            topic, batching_enabled=False, max_pending_messages=2000, block_if_queue_full=True
+        )
+        n, filler = 3000, b"x" * 10_000
+        for i in range(n):
+            producer.send_async(filler + str(i).encode(), None)
+        producer.flush()
+
+        def drain() -> set[bytes]:
+            got = set()
+            try:
+                while True:
+                    msg = other.receive(timeout_millis=1000)
+                    got.add(msg.data()[len(filler) :])
+                    other.acknowledge(msg)
+            except pulsar.Timeout:
+                return got
+
+        first = drain()
+        assert len(first) > n // 2, len(first)
+        raw.abort()
+        assert first | drain() == {str(i).encode() for i in range(n)}
+    finally:
         client.close()
