@@ -475,31 +475,109 @@ def test_close_unknown_producer_or_consumer_succeeds(connected: RawClient) -> No
     assert connected.expect(T.SUCCESS).success.request_id == rid2
 
 
-def test_ack_of_a_position_beyond_the_end_acks_nothing(
-    broker: BrokerProcess, connected: RawClient
+@pytest.mark.parametrize(
+    ("sub_type", "cumulative"),
+    [
+        (pb.CommandSubscribe.Shared, False),
+        (pb.CommandSubscribe.Key_Shared, False),
+        (pb.CommandSubscribe.Exclusive, False),
+        (pb.CommandSubscribe.Exclusive, True),
+    ],
+    ids=["Shared", "Key_Shared", "Exclusive", "Exclusive-cumulative"],
+)
+def test_ack_of_positions_that_do_not_exist_acks_nothing(
+    connected: RawClient, sub_type: int, cumulative: bool
 ) -> None:
-    """An ACK naming a message that does not exist yet must not swallow it when it arrives."""
+    """ACKs naming messages that do not exist (yet) are answered but must not swallow the
+    messages that later arrive at those positions."""
     topic = new_topic()
-    cid = connected.subscribe(topic, "s", pb.CommandSubscribe.Shared)
+    cid = connected.new_id()
+    rid = connected.request_id()
+    connected.send(
+        commands.subscribe(
+            topic=topic,
+            subscription="s",
+            sub_type=sub_type,
+            consumer_id=cid,
+            request_id=rid,
+            initial_position=pb.CommandSubscribe.Earliest,
+            key_shared=commands.key_shared_meta()
+            if sub_type == pb.CommandSubscribe.Key_Shared
+            else None,
+        )
+    )
+    assert connected.expect(T.SUCCESS).success.request_id == rid
     pid, name = connected.create_producer(topic)
     first = connected.publish(pid, name, 0, b"m0").message_id
     ledger, entry = first.ledgerId, first.entryId
-    future = [commands.message_id(ledger, entry + k) for k in range(1, 4)]
-    connected.send(commands.ack(consumer_id=cid, message_ids=future))
-    connected.send(
-        commands.ack(consumer_id=cid, message_ids=[commands.message_id(ledger + 1000, 0)])
-    )
-    connected.ping_pong()
-    for seq in (1, 2, 3):
+    bogus = [
+        commands.message_id(ledger, entry + 3),
+        commands.message_id(ledger + 1000, 0),
+        commands.message_id(-1, -1),
+        commands.message_id((1 << 63) - 1, (1 << 63) - 1),
+    ]
+    for mid in bogus:
+        ack_rid = connected.request_id()
+        connected.send(
+            commands.ack(
+                consumer_id=cid, message_ids=[mid], cumulative=cumulative, request_id=ack_rid
+            )
+        )
+        assert connected.expect(T.ACK_RESPONSE).ackResponse.request_id == ack_rid
+    for seq in range(1, 6):
         connected.publish(pid, name, seq, f"m{seq}".encode())
     connected.send(commands.flow(consumer_id=cid, permits=100))
     got: list[int] = []
     deadline = time.monotonic() + 5
-    while len(got) < 4 and time.monotonic() < deadline:
+    while len(got) < 6 and time.monotonic() < deadline:
         frame = connected.recv(timeout=max(0.1, deadline - time.monotonic()))
         if frame.type == T.MESSAGE:
             got.append(frame.command.message.message_id.entryId)
-    assert got == [entry, entry + 1, entry + 2, entry + 3]
+    assert got == [entry + k for k in range(6)]
+
+
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        [(50, 150)],
+        [(200, 100)],
+        [],
+        [(-5, 10)],
+        [(60_000, 70_000)],
+        [(300, 400), (350, 450)],
+    ],
+    ids=["overlaps-other", "start-after-end", "none", "negative", "past-65535", "self-overlap"],
+)
+def test_bad_sticky_hash_ranges_get_consumer_assign_error(
+    connected: RawClient, ranges: list[tuple[int, int]]
+) -> None:
+    topic = new_topic()
+
+    def subscribe(hash_ranges: list[tuple[int, int]]) -> pb.BaseCommand:
+        rid = connected.request_id()
+        connected.send(
+            commands.subscribe(
+                topic=topic,
+                subscription="ks",
+                sub_type=pb.CommandSubscribe.Key_Shared,
+                consumer_id=connected.new_id(),
+                request_id=rid,
+                key_shared=commands.key_shared_meta(mode=pb.STICKY, hash_ranges=hash_ranges),
+            )
+        )
+        frame = connected.recv()
+        assert request_id_of(frame.command) == rid
+        return frame.command
+
+    assert subscribe([(0, 100)]).type == T.SUCCESS
+    answer = subscribe(ranges)
+    assert answer.type == T.ERROR and answer.error.error == pb.ConsumerAssignError, answer
+    assert subscribe([(1000, 2000)]).type == T.SUCCESS
+
+
+def request_id_of(cmd: pb.BaseCommand) -> int:
+    """The request id of a SUCCESS or ERROR."""
+    return int(cmd.success.request_id if cmd.type == T.SUCCESS else cmd.error.request_id)
 
 
 # --- vanishing clients -------------------------------------------------------------------------
