@@ -1,0 +1,49 @@
+"""Which seeds the simulation runs, from the environment.
+
+* default: seeds ``0 .. 9999``, in chunks of :data:`CHUNK` (one test each, so progress shows
+  and no single test nears the suite's timeout);
+* ``SIM_SEEDS=N``: seeds ``SIM_START .. SIM_START+N-1`` (``SIM_START`` defaults to 0);
+* ``SIM_SEED=S``: that one seed (replaying a failure), traced;
+* ``SIM_STEPS=K``: every seed's schedule cut to its first ``K`` steps (shrinking by hand).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+DEFAULT_SEEDS = 10_000
+CHUNK = 1_000
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    return int(raw) if raw else None
+
+
+def seed_chunks() -> list[range]:
+    """The seeds to run, split in chunks."""
+    one = _env_int("SIM_SEED")
+    if one is not None:
+        return [range(one, one + 1)]
+    count = _env_int("SIM_SEEDS")
+    start = _env_int("SIM_START") or 0
+    total = DEFAULT_SEEDS if count is None else count
+    return [range(s, min(s + CHUNK, start + total)) for s in range(start, start + total, CHUNK)]
+
+
+def sim_steps() -> int | None:
+    """The ``SIM_STEPS`` override, if any."""
+    return _env_int("SIM_STEPS")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize ``seeds`` with the chunks chosen by the environment."""
+    if "seeds" in metafunc.fixturenames:
+        chunks = seed_chunks()
+        metafunc.parametrize(
+            "seeds",
+            chunks,
+            ids=[f"{c.start}-{c.stop - 1}" if len(c) > 1 else str(c.start) for c in chunks],
+        )

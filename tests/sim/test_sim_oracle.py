@@ -1,0 +1,73 @@
+"""The oracle can fail: break the dispatcher on purpose and the simulation must notice, soon.
+
+Each test plants one bug with ``monkeypatch`` and runs seeds until one fails with the expected
+property (a bounded number: the seeds are fixed, so this is deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from keyshared.broker.dispatch.base import Dispatcher
+from keyshared.broker.dispatch.draining import DrainingHashesTracker
+from keyshared.broker.dispatch.shared import ReplayQueue, SharedDispatcher
+from keyshared.storage.cursor import ManagedCursor
+from tests.sim.simulator import SimFailure, run_seed
+
+BUDGET = 400
+
+
+def first_failure(expect: str, budget: int = BUDGET) -> SimFailure:
+    """The first seed failing with ``expect`` in its message."""
+    seen: list[str] = []
+    for seed in range(budget):
+        try:
+            run_seed(seed, trace=False)
+        except SimFailure as failure:
+            if expect in failure.message:
+                return failure
+            seen.append(failure.message.splitlines()[0])
+    raise AssertionError(f"no seed of {budget} broke {expect!r}; other failures: {seen[:5]}")
+
+
+def _never(*_: Any, **__: Any) -> bool:
+    return False
+
+
+def test_without_draining_exclusivity_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DrainingHashesTracker, "should_block_sticky_key_hash", _never)
+    monkeypatch.setattr(DrainingHashesTracker, "would_block", _never)
+    failure = first_failure("exclusivity")
+    assert "replay: SIM_SEED=" in str(failure)
+
+
+def test_without_replay_hash_hold_back_order_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ReplayQueue, "contains_hash", _never)
+    first_failure("order")
+
+
+def test_losing_redeliveries_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    original: Callable[..., None] = SharedDispatcher.add_to_replay
+
+    def lossy(self: SharedDispatcher, pos: Any, key_hash: int) -> None:
+        if key_hash:  # entries of leaving consumers and held-back entries vanish
+            return
+        original(self, pos, key_hash)
+
+    monkeypatch.setattr(SharedDispatcher, "add_to_replay", lossy)
+    first_failure("not everything acked")
+
+
+def test_stale_reads_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the cursor epoch and the dispatcher's read generations, a read in flight across a
+    # rewind, a reset-cursor or the last consumer leaving lands as if nothing happened.
+    def forget_flags_only(self: Dispatcher) -> None:
+        self.have_pending_read = False
+        self.have_pending_replay_read = False
+
+    monkeypatch.setattr(Dispatcher, "forget_reads", forget_flags_only)
+    monkeypatch.setattr(ManagedCursor, "_new_epoch", lambda self: None)
+    first_failure("")
