@@ -41,6 +41,8 @@ USAGE = """usage: keyshared COMMAND [ARGS]
 
 commands:
   standalone   run a standalone broker (embedded storage)
+  admin        administer a broker through its REST API (like `pulsar-admin`)
+  client       produce and consume messages (like `pulsar-client`)
   tokens       create keys and tokens for token authentication (like `pulsar tokens`)
   --version    print the version
 """
@@ -60,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args[0] == "standalone":
         return _standalone(args[1:], started)
+    if args[0] == "admin":
+        from keyshared.admin_cli import main as admin_main
+
+        return admin_main(args[1:])
+    if args[0] == "client":
+        from keyshared.cli_client import main as client_main
+
+        return client_main(args[1:])
     if args[0] == "tokens":
         from keyshared.tokens import main as tokens_main
 
