@@ -9,6 +9,8 @@ from fastapi import Body, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from keyshared import __version__
+from keyshared.admin.dashboard import add_dashboard_routes
+from keyshared.admin.metrics import add_metrics_route
 from keyshared.admin.permissions import add_permission_routes
 from keyshared.admin.rest import install_rest_errors
 from keyshared.admin.routes_namespaces import namespace_routes
@@ -157,6 +159,8 @@ def create_app(service: BrokerService) -> FastAPI:
     )
 
     add_permission_routes(app, service)
+    add_metrics_route(app, service)
+    add_dashboard_routes(app, service)
 
     @app.get("/admin/v2/brokers/health")
     async def health() -> Response:

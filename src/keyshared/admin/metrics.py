@@ -1,0 +1,287 @@
+"""``GET /metrics``: the broker's topics and subscriptions in the Prometheus text format.
+
+Names and labels are Pulsar's (``TopicStats.printTopicStats`` with topic-level metrics, Pulsar's
+default): every series carries ``cluster``, ``namespace`` and ``topic``; subscription series add
+``subscription``; consumer series (only with ``exposeConsumerLevelMetricsInPrometheus``) add
+``consumer_name`` and ``consumer_id``. As Pulsar does, every family is a gauge, ``*_total`` ones
+included, and ``pulsar_out_messages_total`` / ``pulsar_out_bytes_total`` are per subscription.
+
+Beyond Pulsar, each Key_Shared subscription exposes its PIP-379 draining-hash counts
+(``pulsar_subscription_draining_hashes_count``, ``..._cleared_total``, ``..._unacked_messages``)
+and each subscription its PIP-299 pause (``pulsar_subscription_blocked_on_ack_state_persistent``).
+
+The values come from the same stats as the admin REST API, built when scraped: nothing is
+recorded on the hot path for metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import Response
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    generate_latest,
+)
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
+
+from keyshared.broker.service import BrokerService
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+Labels = dict[str, str]
+
+# Topic series: (metric name, TopicStats field or a function of the stats, help).
+_TOPIC_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("pulsar_rate_in", "msgRateIn", "Messages published per second"),
+    ("pulsar_rate_out", "msgRateOut", "Messages dispatched per second"),
+    ("pulsar_throughput_in", "msgThroughputIn", "Bytes published per second"),
+    ("pulsar_throughput_out", "msgThroughputOut", "Bytes dispatched per second"),
+    ("pulsar_average_msg_size", "averageMsgSize", "Average size of published messages, bytes"),
+    ("pulsar_storage_size", "storageSize", "Bytes the topic's ledgers take"),
+    ("pulsar_storage_logical_size", "storageSize", "Logical bytes of the topic's ledgers"),
+    ("pulsar_storage_backlog_size", "backlogSize", "Bytes of the topic's backlog"),
+    ("pulsar_storage_offloaded_size", "offloadedStorageSize", "Bytes offloaded to tiered storage"),
+    ("pulsar_in_bytes_total", "bytesInCounter", "Bytes published since the topic was loaded"),
+    ("pulsar_in_messages_total", "msgInCounter", "Messages published since the topic was loaded"),
+)
+
+_SUBSCRIPTION_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("pulsar_subscription_back_log", "msgBacklog", "Messages in the subscription's backlog"),
+    (
+        "pulsar_subscription_back_log_no_delayed",
+        "msgBacklogNoDelayed",
+        "Backlog messages that are not delayed",
+    ),
+    ("pulsar_subscription_delayed", "msgDelayed", "Messages waiting for their delivery time"),
+    ("pulsar_subscription_in_replay", "msgInReplay", "Messages waiting in the replay queue"),
+    (
+        "pulsar_subscription_msg_rate_redeliver",
+        "msgRateRedeliver",
+        "Messages redelivered per second",
+    ),
+    (
+        "pulsar_subscription_unacked_messages",
+        "unackedMessages",
+        "Messages delivered and not yet acknowledged",
+    ),
+    (
+        "pulsar_subscription_blocked_on_unacked_messages",
+        "blockedSubscriptionOnUnackedMsgs",
+        "1 when dispatch is blocked by too many unacked messages",
+    ),
+    ("pulsar_subscription_msg_rate_out", "msgRateOut", "Messages dispatched per second"),
+    ("pulsar_subscription_msg_ack_rate", "messageAckRate", "Messages acknowledged per second"),
+    (
+        "pulsar_subscription_msg_throughput_out",
+        "msgThroughputOut",
+        "Bytes dispatched per second",
+    ),
+    ("pulsar_out_bytes_total", "bytesOutCounter", "Bytes dispatched"),
+    ("pulsar_out_messages_total", "msgOutCounter", "Messages dispatched"),
+    (
+        "pulsar_subscription_last_expire_timestamp",
+        "lastExpireTimestamp",
+        "When messages last expired (epoch ms)",
+    ),
+    (
+        "pulsar_subscription_last_acked_timestamp",
+        "lastAckedTimestamp",
+        "When a consumer last acknowledged (epoch ms)",
+    ),
+    (
+        "pulsar_subscription_last_consumed_flow_timestamp",
+        "lastConsumedFlowTimestamp",
+        "When a consumer last asked for messages (epoch ms)",
+    ),
+    (
+        "pulsar_subscription_last_consumed_timestamp",
+        "lastConsumedTimestamp",
+        "When a consumer last received messages (epoch ms)",
+    ),
+    (
+        "pulsar_subscription_last_mark_delete_advanced_timestamp",
+        "lastMarkDeleteAdvancedTimestamp",
+        "When the mark-delete position last moved (epoch ms)",
+    ),
+    (
+        "pulsar_subscription_blocked_on_ack_state_persistent",
+        "blockedOnAckStatePersistent",
+        "1 when dispatch is paused because the ack state cannot be persisted (PIP-299)",
+    ),
+)
+
+_DRAINING_GAUGES: tuple[tuple[str, str, str], ...] = (
+    (
+        "pulsar_subscription_draining_hashes_count",
+        "drainingHashesCount",
+        "Key_Shared hashes draining: blocked until their old consumer acks (PIP-379)",
+    ),
+    (
+        "pulsar_subscription_draining_hashes_cleared_total",
+        "drainingHashesClearedTotal",
+        "Key_Shared draining hashes cleared since the consumers connected (PIP-379)",
+    ),
+    (
+        "pulsar_subscription_draining_hashes_unacked_messages",
+        "drainingHashesUnackedMessages",
+        "Unacked messages holding Key_Shared draining hashes (PIP-379)",
+    ),
+)
+
+_CONSUMER_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("pulsar_consumer_msg_rate_redeliver", "msgRateRedeliver", "Redeliveries per second"),
+    ("pulsar_consumer_unacked_messages", "unackedMessages", "Unacked messages"),
+    (
+        "pulsar_consumer_blocked_on_unacked_messages",
+        "blockedConsumerOnUnackedMsgs",
+        "1 when blocked by too many unacked messages",
+    ),
+    ("pulsar_consumer_msg_rate_out", "msgRateOut", "Messages dispatched per second"),
+    ("pulsar_consumer_msg_ack_rate", "messageAckRate", "Messages acknowledged per second"),
+    ("pulsar_consumer_msg_throughput_out", "msgThroughputOut", "Bytes dispatched per second"),
+    ("pulsar_consumer_available_permits", "availablePermits", "Permits the consumer granted"),
+    ("pulsar_out_bytes_total", "bytesOutCounter", "Bytes dispatched"),
+    ("pulsar_out_messages_total", "msgOutCounter", "Messages dispatched"),
+    (
+        "pulsar_consumer_draining_hashes_count",
+        "drainingHashesCount",
+        "Key_Shared hashes this consumer is draining (PIP-379)",
+    ),
+    (
+        "pulsar_consumer_draining_hashes_unacked_messages",
+        "drainingHashesUnackedMessages",
+        "Unacked messages of this consumer holding draining hashes (PIP-379)",
+    ),
+)
+
+_PRODUCER_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("pulsar_producer_msg_rate_in", "msgRateIn", "Messages published per second"),
+    ("pulsar_producer_msg_throughput_in", "msgThroughputIn", "Bytes published per second"),
+    ("pulsar_producer_msg_average_Size", "averageMsgSize", "Average message size, bytes"),
+)
+
+
+class _Families:
+    """Metric families by name, in first-seen order, each sample with its own labels."""
+
+    def __init__(self) -> None:
+        self._families: dict[str, Metric] = {}
+
+    def add(self, name: str, labels: Labels, value: float, doc: str = "") -> None:
+        family = self._families.get(name)
+        if family is None:
+            family = self._families[name] = Metric(name, doc or name, "gauge")
+        family.add_sample(name, labels, float(value))
+
+    def add_all(
+        self, gauges: tuple[tuple[str, str, str], ...], stats: dict[str, Any], labels: Labels
+    ) -> None:
+        for name, field, doc in gauges:
+            value = stats.get(field)
+            if value is not None:
+                self.add(name, labels, float(value), doc)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._families.values())
+
+
+class BrokerCollector(Collector):
+    """Collects Pulsar's topic, subscription (and optionally consumer and producer) metrics."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        """The families of every loaded topic, built from its stats now."""
+        cfg = self.service.config
+        cluster = cfg.clusterName
+        consumers_on = bool(getattr(cfg, "exposeConsumerLevelMetricsInPrometheus", False))
+        producers_on = bool(getattr(cfg, "exposeProducerLevelMetricsInPrometheus", False))
+        fam = _Families()
+        topics_per_ns: dict[str, int] = {}
+        for topic in list(self.service.topics.values()):
+            if topic.closed:
+                continue
+            ns = topic.name.namespace_name
+            topics_per_ns[ns] = topics_per_ns.get(ns, 0) + 1
+            labels = {"cluster": cluster, "namespace": ns, "topic": topic.name.full}
+            stats = topic.stats()
+            subs: dict[str, Any] = stats["subscriptions"]
+            fam.add("pulsar_subscriptions_count", labels, len(subs), "Subscriptions of the topic")
+            fam.add("pulsar_producers_count", labels, len(stats["publishers"]), "Producers")
+            fam.add(
+                "pulsar_consumers_count",
+                labels,
+                sum(len(s["consumers"]) for s in subs.values()),
+                "Consumers of all subscriptions",
+            )
+            fam.add_all(_TOPIC_GAUGES, stats, labels)
+            fam.add(
+                "pulsar_msg_backlog",
+                labels,
+                sum(s["msgBacklog"] for s in subs.values()),
+                "Messages in the backlogs of all subscriptions",
+            )
+            if producers_on:
+                for p in stats["publishers"]:
+                    p_labels = labels | {
+                        "producer_name": p["producerName"],
+                        "producer_id": str(p["producerId"]),
+                    }
+                    fam.add_all(_PRODUCER_GAUGES, p, p_labels)
+            for sub_name, sub in subs.items():
+                s_labels = labels | {"subscription": sub_name}
+                fam.add_all(_SUBSCRIPTION_GAUGES, sub, s_labels)
+                fam.add(
+                    "pulsar_subscription_consumers_count",
+                    s_labels,
+                    len(sub["consumers"]),
+                    "Consumers of the subscription",
+                )
+                if sub.get("type") == "Key_Shared":
+                    fam.add_all(_DRAINING_GAUGES, sub, s_labels)
+                if consumers_on:
+                    for c, consumer in zip(
+                        topic.subscriptions[sub_name].consumers, sub["consumers"], strict=False
+                    ):
+                        c_labels = s_labels | {
+                            "consumer_name": consumer["consumerName"],
+                            "consumer_id": str(c.consumer_id),
+                        }
+                        fam.add_all(_CONSUMER_GAUGES, consumer, c_labels)
+        for ns, n in sorted(topics_per_ns.items()):
+            fam.add(
+                "pulsar_topics_count",
+                {"cluster": cluster, "namespace": ns},
+                n,
+                "Topics loaded in the namespace",
+            )
+        yield from fam
+
+
+def metrics_registry(service: BrokerService) -> CollectorRegistry:
+    """A registry with the broker's collector and the process, platform and GC collectors."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BrokerCollector(service))
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return registry
+
+
+def add_metrics_route(app: FastAPI, service: BrokerService) -> None:
+    """Serve ``GET /metrics`` (and ``/metrics/``, as Pulsar does) from ``app``."""
+    registry = metrics_registry(service)
+
+    # async: stats must be read on the broker's event loop, never from a worker thread.
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+
+    for path in ("/metrics", "/metrics/"):
+        app.add_api_route(path, metrics, methods=["GET"], include_in_schema=False)
