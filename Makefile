@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck check proto bench demo clean
+.PHONY: run test lint typecheck check proto bench demo clean deps-browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,14 @@ typecheck: $(STAMP)
 
 check: lint typecheck
 
-test: $(STAMP) check
+# Debian's headless Chromium for the dashboard's browser test, only when missing (CI is root).
+deps-browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "deps-browser: could not install chromium; the dashboard test needs it"
+
+test: $(STAMP) check deps-browser
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 proto: $(STAMP)
