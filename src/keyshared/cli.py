@@ -43,6 +43,7 @@ commands:
   standalone   run a standalone broker (embedded storage)
   admin        administer a broker through its REST API (like `pulsar-admin`)
   client       produce and consume messages (like `pulsar-client`)
+  perf         load generator: produce | consume with live rate and latency (like `pulsar-perf`)
   tokens       create keys and tokens for token authentication (like `pulsar tokens`)
   --version    print the version
 """
@@ -70,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         from keyshared.cli_client import main as client_main
 
         return client_main(args[1:])
+    if args[0] == "perf":
+        from keyshared.perf import main as perf_main
+
+        return perf_main(args[1:])
     if args[0] == "tokens":
         from keyshared.tokens import main as tokens_main
 
