@@ -19,7 +19,8 @@ from .workers import ConsumeSpec, LatencySpec, ProduceSpec, time_first_producer
 from .workloads import KEY_SPACE, Workload
 
 READY_TIMEOUT_S = 30.0
-FIRST_RECEIVE_TIMEOUT_MS = 30_000
+# The consumer is ready before the producers are created; allow for that before the first message.
+PRODUCERS_START_MS = 5_000
 ABORT_GRACE_S = 5.0
 LOG_TAIL_LINES = 15
 DUPLICATE_GRACE_MS = 300
@@ -167,7 +168,7 @@ def _consume_spec(url: str, topic: str, workload: Workload, settings: Settings) 
         key_shared=workload.subscription == "key_shared",
         expected=workload.messages,
         idle_timeout_ms=settings.idle_timeout_ms,
-        first_timeout_ms=FIRST_RECEIVE_TIMEOUT_MS,
+        first_timeout_ms=settings.idle_timeout_ms + PRODUCERS_START_MS,
         grace_ms=DUPLICATE_GRACE_MS,
         receiver_queue_size=settings.receiver_queue_size,
     )
