@@ -76,6 +76,8 @@ class ServerConnection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._ping_handle: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Producer ids the broker closed lately, each with the token of its latest close.
+        self._recently_closed_producers: dict[int, object] = {}
         self._handlers: dict[int, Callable[[pb.BaseCommand, Any], None]] = {
             T.CONNECT: self._on_connect,
             T.PING: self._on_ping,
@@ -474,6 +476,10 @@ class ServerConnection(asyncio.Protocol):
         s = cmd.send
         producer = self.producers.get(s.producer_id)
         if producer is None:
+            if s.producer_id in self._recently_closed_producers:
+                # Written before the client saw our CLOSE_PRODUCER: it resends after
+                # re-creating the producer (Pulsar's recentlyClosedProducers).
+                return
             self._fail(f"SEND for unknown producer {s.producer_id}")
             return
         sequence_id = s.sequence_id
@@ -537,8 +543,18 @@ class ServerConnection(asyncio.Protocol):
         )
 
     def close_producer(self, producer: Producer) -> None:
-        """Broker-initiated close: the client reconnects."""
-        self.producers.pop(producer.producer_id, None)
+        """Broker-initiated close: the client reconnects.
+
+        SENDs already in flight for it are ignored for a keepalive interval, not taken as a
+        protocol error that would close the connection and every producer and consumer on it.
+        """
+        pid = producer.producer_id
+        self.producers.pop(pid, None)
+        token = object()
+        self._recently_closed_producers[pid] = token
+        asyncio.get_running_loop().call_later(
+            max(self.config.keepAliveIntervalSeconds, 1), self._forget_closed_producer, pid, token
+        )
         self.send_command(
             T(
                 type=T.CLOSE_PRODUCER,
@@ -547,6 +563,10 @@ class ServerConnection(asyncio.Protocol):
                 ),
             )
         )
+
+    def _forget_closed_producer(self, producer_id: int, token: object) -> None:
+        if self._recently_closed_producers.get(producer_id) is token:
+            del self._recently_closed_producers[producer_id]
 
     def _on_close_producer(self, cmd: pb.BaseCommand, _: Any) -> None:
         r = cmd.close_producer
