@@ -749,3 +749,25 @@ def test_consumer_that_never_reads_does_not_stall_the_others(
         assert first | drain() == {str(i).encode() for i in range(n)}
     finally:
         client.close()
+
+
+def test_send_in_flight_after_broker_closed_the_producer_is_ignored(
+    broker: BrokerProcess, connected: RawClient
+) -> None:
+    """When the broker closes a producer (here: topic unload), SENDs the client had already
+    written are expected: Pulsar ignores them for a keepalive interval instead of closing the
+    connection, which would also cut every other producer and consumer sharing it."""
+    topic = new_topic()
+    pid, name = connected.create_producer(topic)
+    connected.publish(pid, name, 0, b"before")
+    status, body = broker.admin("PUT", "/admin/v2/" + topic.replace("://", "/") + "/unload")
+    assert status == 204, body
+    connected.send(connected.send_frame(pid, name, 1, b"in flight"))
+    frames = connected.ping_pong()
+    assert [f.type for f in frames] == [T.CLOSE_PRODUCER]
+    assert frames[0].command.close_producer.producer_id == pid
+    # The client re-creates the producer under the same id and resends.
+    rid = connected.request_id()
+    connected.send(commands.producer(topic=topic, producer_id=pid, request_id=rid))
+    assert connected.expect(T.PRODUCER_SUCCESS).producer_success.request_id == rid
+    connected.publish(pid, name, 1, b"in flight")
