@@ -231,7 +231,7 @@ class Reporter:
         if self._live is not None:
             self._live.update(line)
         else:
-            self.console.print(line)
+            self.console.print(line, soft_wrap=True)
 
     def _line(self, iv: Interval | None) -> Any:
         from rich.text import Text
@@ -251,6 +251,9 @@ class Reporter:
         if pending:
             text.append(f"  pending {pending:,}", style="dim")
         h = iv.latency
+        if h.count == 0:
+            text.append("  │ latency –", style="dim")
+            return text
         text.append("  │ latency ms ", style="dim")
         for name, value in (
             ("mean", h.mean),
@@ -753,26 +756,31 @@ def _print_summary(summary: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console(stderr=True, highlight=False)
-    table = Table(title=f"keyshared perf {summary['command']}", title_justify="left")
-    table.add_column("messages", justify="right")
-    table.add_column("msg/s", justify="right")
-    table.add_column("Mbit/s", justify="right")
-    table.add_column("failed", justify="right")
     lat = summary["latencyMs"]
-    for name in ("mean", "p50", "p95", "p99", "p99.9", "p99.99", "max"):
-        table.add_column(f"{name} ms", justify="right")
-    table.add_row(
-        f"{summary['messages']:,}",
-        f"{summary['msgPerSec']:,.1f}",
-        f"{summary['mbitPerSec']:.2f}",
-        f"{summary['failed']:,}",
-        *(f"{lat[n]:.2f}" for n in ("mean", "p50", "p95", "p99", "p99.9", "p99.99", "max")),
+    table = Table(
+        title=f"keyshared perf {summary['command']} · {summary['durationSeconds']:.1f} s",
+        title_justify="left",
+        show_header=False,
+        box=None,
+        padding=(0, 2),
     )
+    table.add_column(style="dim")
+    table.add_column(justify="right", style="bold")
+    table.add_column(style="dim")
+    table.add_column(justify="right", style="bold yellow")
+    names = ("mean", "p50", "p95", "p99", "p99.9", "p99.99", "max")
+    left = (
+        ("messages", f"{summary['messages']:,}"),
+        ("msg/s", f"{summary['msgPerSec']:,.1f}"),
+        ("Mbit/s", f"{summary['mbitPerSec']:.2f}"),
+        ("failed", f"{summary['failed']:,}"),
+    )
+    for i, name in enumerate(names):
+        k, v = left[i] if i < len(left) else ("", "")
+        label = f"{summary['latencyKind']} latency {name}" if i == 0 else name
+        table.add_row(k, v, label, f"{lat[name]:.2f} ms")
     console.print(table)
-    console.print(
-        f"[dim]{summary['latencyKind']} latency over {summary['durationSeconds']:.1f} s "
-        f"on {', '.join(summary['topics'])}[/dim]"
-    )
+    console.print(f"[dim]topics: {', '.join(summary['topics'])}[/dim]", soft_wrap=True)
 
 
 def main(argv: Sequence[str]) -> int:
