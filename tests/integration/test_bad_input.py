@@ -396,6 +396,27 @@ def test_subscribe_on_bad_topic_name_gets_invalid_topic_name(
     connected.subscribe(new_topic(), "s")
 
 
+@pytest.mark.parametrize("topic", BAD_TOPICS)
+def test_lookup_and_metadata_on_bad_topic_name_fail_with_invalid_topic_name(
+    connected: RawClient, topic: str
+) -> None:
+    rid1, rid2 = connected.request_id(), connected.request_id()
+    connected.send(commands.lookup(topic=topic, request_id=rid1))
+    connected.send(commands.partitioned_metadata(topic=topic, request_id=rid2))
+    lookup = connected.expect(T.LOOKUP_RESPONSE).lookupTopicResponse
+    assert (lookup.request_id, lookup.response, lookup.error) == (
+        rid1,
+        pb.CommandLookupTopicResponse.Failed,
+        pb.InvalidTopicName,
+    )
+    meta = connected.expect(T.PARTITIONED_METADATA_RESPONSE).partitionMetadataResponse
+    assert (meta.request_id, meta.response, meta.error) == (
+        rid2,
+        pb.CommandPartitionedTopicMetadataResponse.Failed,
+        pb.InvalidTopicName,
+    )
+
+
 def test_send_for_unknown_producer_closes(connected: RawClient) -> None:
     """Pulsar's ServerCnx closes the connection on a SEND for a producer it does not know."""
     connected.create_producer(new_topic())
