@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return admin_main(args[1:])
     if args[0] == "client":
+        from keyshared.admin_cli import plain_unless_help
+
+        plain_unless_help(args[1:])
         from keyshared.cli_client import main as client_main
 
         return client_main(args[1:])
