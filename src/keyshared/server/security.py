@@ -6,16 +6,11 @@ import ssl
 from typing import TYPE_CHECKING
 
 from keyshared.config import BrokerConfig, ConfigError
-from keyshared.server.auth_token import (
-    KeyFormatError,
-    TokenAuthenticator,
-    load_public_key,
-    read_key,
-)
 from keyshared.server.authz import NamespaceAuthorizer, parse_roles
 from keyshared.server.tls import TlsConfigError, server_ssl_context
 
 if TYPE_CHECKING:
+    from keyshared.server.auth_token import TokenAuthenticator
     from keyshared.server.authz import PermissionStore
 
 TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
@@ -65,6 +60,14 @@ def build_security(
 
 def build_authenticator(cfg: BrokerConfig) -> TokenAuthenticator:
     """The token provider from ``tokenSecretKey`` or ``tokenPublicKey`` and the claim settings."""
+    # PyJWT and cryptography cost a good part of the start-up budget: only load them when used.
+    from keyshared.server.auth_token import (
+        KeyFormatError,
+        TokenAuthenticator,
+        load_public_key,
+        read_key,
+    )
+
     providers = [p.strip() for p in cfg.authenticationProviders.split(",") if p.strip()]
     unsupported = [p for p in providers if p not in _TOKEN_PROVIDER_NAMES]
     if unsupported:
