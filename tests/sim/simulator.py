@@ -48,7 +48,7 @@ from keyshared.storage.cursor import CursorConfig, ManagedCursor
 from keyshared.storage.memory import ControlledReader, InMemoryLedger, MemoryCursorStore
 from keyshared.storage.position import EARLIEST, LATEST, Position
 from tests.sim.loop import SimLoop
-from tests.sim.world import InjectedReadError, SimTopic, SimTransport, payload
+from tests.sim.world import InjectedReadError, SimTopic, SimTransport, payload, payload_meta
 
 REPLAY_HINT = "SIM_SEED={seed}{steps} .venv/bin/python -m pytest tests/sim -q"
 MAX_CONSUMERS = 5
@@ -102,6 +102,10 @@ class Params:
     """Everything a seed fixes before the schedule starts."""
 
     steps: int
+    # AUTO_SPLIT (the selector splits the hash space, draining keeps order) or STICKY (each
+    # consumer is given one of ``sticky_parts`` equal ranges; a range without consumer waits).
+    mode: str
+    sticky_parts: int
     keys: tuple[str, ...]
     ordering_keys: frozenset[str]
     batch_prob: float
@@ -126,7 +130,9 @@ class Params:
         nkeys = rng.choice((1, 2, 4, 6, 8, 12, 16))
         keys = tuple(f"k{i}" for i in range(nkeys))
         return cls(
-            steps=rng.randint(30, 90),
+            steps=rng.randint(30, 80),
+            mode="STICKY" if rng.random() < 0.15 else "AUTO_SPLIT",
+            sticky_parts=rng.choice((1, 2, 4)),
             keys=keys,
             ordering_keys=frozenset(k for k in keys if rng.random() < 0.3),
             batch_prob=rng.choice((0.0, 0.0, 0.2, 0.5)),
@@ -208,6 +214,7 @@ class Client:
     given: set[Position] = field(default_factory=set)
     paused: bool = False
     closed: bool = False
+    sticky_part: int = -1
 
     def hold(self, pos: Position, held: Held) -> None:
         """Now holding ``pos`` unacked."""
@@ -361,7 +368,8 @@ class Simulation:
             "read_fail": reads,
             "timer": self.loop.has_timer(),
             "publish": True,
-            "join": len(live) < MAX_CONSUMERS,
+            "join": len(live) < MAX_CONSUMERS
+            and (self.params.mode != "STICKY" or len(live) < self.params.sticky_parts),
             "leave": bool(live),
             "crash": bool(live),
             "ack": holding,
@@ -421,7 +429,11 @@ class Simulation:
             # A few hot keys: the first keys are drawn much more often.
             key = p.keys[min(int(rng.expovariate(1.0) * len(p.keys) / 2.5), len(p.keys) - 1)]
             size = rng.randint(2, p.max_batch) if rng.random() < p.batch_prob else 1
-            pos = self.ledger.add_entry(payload(key, size, key in p.ordering_keys))
+            ordering = key in p.ordering_keys
+            pos = self.ledger.add_entry(payload(key, size, ordering))
+            # As the topic does on publish: the metadata is parsed once (here once per distinct
+            # payload), so dispatch finds it cached.
+            self.topic.meta_cache.put(pos, payload_meta(key, size, ordering))
             self.entries[pos] = (key, size)
             self.order.append(pos)
             self.note(f"publish {pos} key={key}{f' batch={size}' if size > 1 else ''}")
@@ -434,6 +446,12 @@ class Simulation:
         reuse = [n for n in dict.fromkeys(gone) if n not in live_names]
         name = rng.choice(reuse) if reuse and rng.random() < 0.5 else f"c{len(self.clients)}"
         self._next_id += 1
+        if self.params.mode == "STICKY":
+            part = rng.choice(self.free_sticky_parts())
+            meta: KeySharedMeta | None = KeySharedMeta("STICKY", [self.sticky_range(part)])
+        else:
+            part = -1
+            meta = KeySharedMeta() if rng.random() < 0.7 else None
         transport = SimTransport(self.on_messages, self.on_broker_close)
         consumer = Consumer(
             consumer_id=self._next_id,
@@ -441,7 +459,7 @@ class Simulation:
             subscription=self.sub,
             sub_type=SubType.Key_Shared,
             transport=transport,
-            key_shared_meta=KeySharedMeta() if rng.random() < 0.7 else None,
+            key_shared_meta=meta,
             max_unacked_messages=self.params.max_unacked,
             track_pending_acks=True,
         )
@@ -451,14 +469,28 @@ class Simulation:
             transport=transport,
             queue_size=rng.choice((1, 2, 5, 10, 20)),
             ack_prob=rng.choice((0.2, 0.6, 1.0)),
+            sticky_part=part,
         )
-        self.note(f"join {client} queue={client.queue_size}")
+        self.note(
+            f"join {client} queue={client.queue_size}"
+            + (f" range={self.sticky_range(part)}" if part >= 0 else "")
+        )
         self.sub.add_consumer(consumer)
         self.clients.append(client)
         self.live.append(client)
         self.by_consumer[id(consumer)] = client
         if rng.random() < 0.7:
             self.flow(client, client.queue_size)
+
+    def sticky_range(self, part: int) -> tuple[int, int]:
+        """The hash range of STICKY part ``part``."""
+        size = 65536 // self.params.sticky_parts
+        return (part * size, (part + 1) * size - 1)
+
+    def free_sticky_parts(self) -> list[int]:
+        """STICKY parts no live consumer covers."""
+        taken = {c.sticky_part for c in self.live}
+        return [i for i in range(self.params.sticky_parts) if i not in taken]
 
     def pick_live(self, pred: Callable[[Client], bool] | None = None) -> Client | None:
         """A random live client (satisfying ``pred``)."""
@@ -755,6 +787,8 @@ class Simulation:
             self.set_writable(c, True)
         if not self.live:
             self.act_join()
+        while self.params.mode == "STICKY" and self.free_sticky_parts():
+            self.act_join()  # a hash range nobody covers is never delivered: cover them all
         loop = self.loop
         reader = self.reader
         for _ in range(limit):

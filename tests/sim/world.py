@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from keyshared.broker.consumer import Consumer, OutboundMessage
-from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache
+from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.config import BrokerConfig
 from keyshared.protocol import encode_batch, encode_payload_section, pb
 from keyshared.storage.entry import Entry
@@ -149,3 +149,9 @@ def payload(key: str, num_messages: int, ordering_key: bool) -> bytes:
             single.partition_key = key
         singles.append((single, str(i).encode()))
     return encode_payload_section(md, encode_batch(singles))
+
+
+@lru_cache(maxsize=4096)
+def payload_meta(key: str, num_messages: int, ordering_key: bool) -> EntryMeta:
+    """:func:`payload`'s metadata, parsed by the broker's own parser."""
+    return parse_entry_meta(payload(key, num_messages, ordering_key))
