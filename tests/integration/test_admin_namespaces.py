@@ -233,3 +233,28 @@ def test_retention_policy_applies_to_a_loaded_topic(fresh_broker: BrokerProcess)
         assert wait_for(lambda: ledgers() <= 2)
     finally:
         client.close()
+
+
+def test_message_ttl_policy_applies_to_a_loaded_topic(fresh_broker: BrokerProcess) -> None:
+    """A TTL set on the namespace expires the backlog of a topic that is already loaded."""
+    fresh_broker.conf["messageExpiryCheckIntervalInMinutes"] = 0
+    fresh_broker.start()
+    ns = new_namespace(fresh_broker)
+    topic = f"persistent://{ns}/expiring"
+    client = make_client(fresh_broker.service_url)
+    try:
+        client.subscribe(topic, "s", initial_position=pulsar.InitialPosition.Earliest).close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(3):
+            producer.send(str(i).encode())
+
+        def backlog() -> int:
+            stats = ok(fresh_broker, "GET", tpath(topic, "stats"))
+            return int(stats["subscriptions"]["s"]["msgBacklog"])
+
+        time.sleep(2.5)
+        assert backlog() == 3  # no TTL yet
+        ok(fresh_broker, "POST", f"/admin/v2/namespaces/{ns}/messageTTL", 1)
+        assert wait_for(lambda: backlog() == 0)
+    finally:
+        client.close()
