@@ -8,6 +8,7 @@ import json
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -98,6 +99,38 @@ def wait_for_confirmations(
         time.sleep(0.01)
 
 
+def tear_tails(data_dir: Path, n: int, rng: random.Random) -> list[str]:
+    """Leave what a crash in the middle of a write leaves, at the end of the ``n`` newest ledger
+    files (the ones that were open): a short record, a record with a wrong CRC32C, zeros, or
+    half a header; sometimes also a torn offset-index sidecar. Returns what was done, per file.
+
+    Never a complete valid record: that would be a real (unconfirmed) message.
+    """
+    directory = data_dir / "ledgers"
+    logs = sorted(directory.glob("*.log"), key=lambda p: int(p.stem))[-n:]
+    done = []
+    for path in logs:
+        kind = rng.choice(["short", "bad-crc", "zeros", "half-header"])
+        body = rng.randbytes(rng.randrange(1, 300))
+        if kind == "short":
+            tail = struct.pack("<II", len(body) + rng.randrange(1, 1000), 0) + body
+        elif kind == "bad-crc":
+            tail = struct.pack("<II", len(body), (zlib.crc32(body) ^ 0x5A5A5A5A) or 1) + body
+        elif kind == "zeros":
+            tail = bytes(rng.randrange(1, 4096))
+        else:
+            tail = rng.randbytes(rng.randrange(1, 8))
+        with open(path, "ab") as f:
+            f.write(tail)
+        idx = path.with_suffix(".idx")
+        if idx.exists() and rng.random() < 0.5:
+            with open(idx, "ab") as f:
+                f.write(struct.pack("<Q", path.stat().st_size - len(tail))[: rng.choice([3, 8])])
+            kind += "+idx"
+        done.append(f"{path.name}:{kind}")
+    return done
+
+
 def crash_under_load(
     broker: BrokerProcess,
     out: Path,
@@ -105,9 +138,11 @@ def crash_under_load(
     rng: random.Random,
     *,
     max_delay: float = 1.0,
+    tear: int = 0,
 ) -> int:
-    """Run the load, SIGKILL the broker at a random moment, kill the worker, restart the broker
-    on the same ports and data. Returns the number of confirmations recorded."""
+    """Run the load, SIGKILL the broker at a random moment, kill the worker, optionally tear the
+    tails of the ``tear`` newest ledger files, restart the broker on the same ports and data.
+    Returns the number of confirmations recorded."""
     worker = start_load(broker, out, spec)
     try:
         wait_for_confirmations(out, 1, worker, timeout=20)
@@ -118,6 +153,8 @@ def crash_under_load(
         if worker.poll() is None:
             worker.send_signal(signal.SIGKILL)
         worker.wait(10)
+    if tear:
+        print("torn:", ", ".join(tear_tails(broker.data_dir, tear, rng)))
     port, web_port = broker.port, broker.web_port
     broker.start(same_ports=True)
     assert (broker.port, broker.web_port) == (port, web_port)

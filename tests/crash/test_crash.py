@@ -82,20 +82,24 @@ def test_confirmed_messages_survive_sigkill_mid_load(
 def test_repeated_sigkill_under_heavy_load_keeps_every_confirmed_message(
     crash_broker: BrokerProcess, crash_seed: int, crash_rounds: int, tmp_path: Path
 ) -> None:
-    """Torn tails: big payloads, many kills; each restart passes the audit of all rounds so far."""
+    """Torn tails: big payloads, many kills, and after each kill the open ledger files get the
+    partial write a crash mid-write leaves; each restart passes the audit of all rounds so far."""
     rng = random.Random(crash_seed)
     names = topics(2)
     confirmed = []
     for round_no in range(crash_rounds):
         spec = spec_for(names, crash_seed, f"r{round_no}", max_size=64 * 1024)
         out = tmp_path / f"round-{round_no}.jsonl"
-        crash_under_load(crash_broker, out, spec, rng, max_delay=0.8)
+        log_before = crash_broker.log().count("truncating")
+        crash_under_load(crash_broker, out, spec, rng, max_delay=0.8, tear=len(names))
         confirmed.extend(load_confirmed(out))
         client = make_client(crash_broker.service_url)
         try:
             audit(client, names, confirmed, crash_seed, spec.max_size)
         finally:
             client.close()
+        # Each torn ledger file was cut back when the restarted broker opened it.
+        assert crash_broker.log().count("truncating") - log_before >= len(names)
     assert confirmed
 
 
