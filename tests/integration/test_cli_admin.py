@@ -12,8 +12,10 @@ import subprocess
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 
 from tests.broker_process import BrokerProcess
@@ -304,3 +306,61 @@ def test_global_options_and_errors(broker: BrokerProcess) -> None:
     assert run(broker, "topics", "no-such-command", expect=2).returncode == 2
     assert "Missing command" in run(broker, expect=2).stderr
     assert "topics" in run(broker, "--help").stdout
+
+
+def test_token_authentication(tmp_path: Path) -> None:
+    """--auth-params carries a token (token:, file: and JSON forms) for admin and client."""
+    secret = b"k" * 32
+    key = tmp_path / "secret.key"
+    key.write_bytes(secret)
+    broker = BrokerProcess(
+        conf={
+            "authenticationEnabled": "true",
+            "tokenSecretKey": f"file://{key}",
+            "authorizationEnabled": "true",
+            "superUserRoles": "boss",
+        }
+    )
+    try:
+        broker.start()
+        boss = jwt.encode({"sub": "boss"}, secret, algorithm="HS256")
+        nobody = jwt.encode({"sub": "nobody"}, secret, algorithm="HS256")
+        token_file = tmp_path / "boss.token"
+        token_file.write_text(boss + "\n")
+        for params in (f"token:{boss}", f"file://{token_file}", json.dumps({"token": boss})):
+            assert "public" in lines(run(broker, "--auth-params", params, "tenants", "list"))
+        assert "HTTP 401" in run(broker, "tenants", "list", expect=1).stderr
+        denied = run(broker, "--auth-params", f"token:{nobody}", "tenants", "list", expect=1)
+        assert "HTTP 403" in denied.stderr
+        topic = f"persistent://public/default/auth-{uuid.uuid4().hex[:6]}"
+        run(broker, "--auth-params", f"token:{boss}", "topics", "create", topic)
+        run(
+            broker,
+            "--auth-params",
+            f"token:{boss}",
+            "topics",
+            "create-subscription",
+            topic,
+            "-s",
+            "s",
+            "-m",
+            "earliest",
+        )
+        auth = ["--auth-params", f"token:{boss}"]
+        base = [sys.executable, "-m", "keyshared.cli", "client", "--url", broker.service_url]
+        produced = subprocess.run(
+            [*base, *auth, "produce", topic, "-m", "secret"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "1 messages successfully produced" in produced.stdout, produced.stderr
+        consumed = subprocess.run(
+            [*base, *auth, "consume", topic, "-s", "s", "--timeout", "10"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert "content:secret" in consumed.stdout, consumed.stderr
+    finally:
+        broker.close()
