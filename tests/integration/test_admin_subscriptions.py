@@ -59,6 +59,11 @@ def test_create_and_delete_subscriptions(broker: BrokerProcess, topic: str) -> N
     assert broker.admin("PUT", sub + "/from-now") == (204, None)
     assert broker.admin("PUT", sub + "/from-third", mid(ids[2])) == (204, None)
     assert broker.admin("PUT", sub + "/from-now")[0] == 409
+    # Pulsar's ResetCursorData also reads from the strings "earliest" and "latest".
+    assert broker.admin("PUT", sub + "/by-word", "earliest") == (204, None)
+    assert backlog(broker, topic, "by-word") == 5
+    assert broker.admin("PUT", sub + "/by-bad-word", "soon")[0] == 412
+    ok(broker, "DELETE", sub + "/by-word")
     assert [backlog(broker, topic, s) for s in ("from-start", "from-now", "from-third")] == [
         5,
         0,
@@ -136,6 +141,8 @@ def test_reset_cursor_by_time_and_by_message_id(broker: BrokerProcess, topic: st
         assert drain(consumer) == [b"m1", b"m2", b"m3", b"m4"]
         ok(broker, "POST", sub + "/resetcursor", mid(ids[3], isExcluded=True))
         assert drain(consumer) == [b"m4"]
+        ok(broker, "POST", sub + "/resetcursor", mid(ids[2], excluded=True))  # Jackson's name
+        assert drain(consumer) == [b"m3", b"m4"]
         ok(broker, "POST", sub + "/resetcursor", EARLIEST)
         assert len(drain(consumer)) == 5
     finally:

@@ -61,6 +61,25 @@ class MessageIdData(BaseModel):
     partitionIndex: Int64 = -1
     batchIndex: Int64 = -1
     isExcluded: bool = False
+    # Jackson names Lombok's ``isExcluded()`` getter "excluded": accept both spellings.
+    excluded: bool = False
+
+    @classmethod
+    def of(cls, body: MessageIdData | str | None, default: str = "latest") -> MessageIdData:
+        """The id a body names: an object, or Pulsar's ``"latest"`` / ``"earliest"`` string."""
+        if isinstance(body, MessageIdData):
+            return body
+        word = (body or default).strip().lower()
+        if word == "latest":
+            return cls()
+        if word == "earliest":
+            return cls(ledgerId=-1, entryId=-1)
+        raise RestError(412, f"Invalid value {body!r} for the position: use latest or earliest")
+
+    @property
+    def exclude(self) -> bool:
+        """Whether the position itself is excluded (start right after it)."""
+        return self.isExcluded or self.excluded
 
     def position(self) -> Position:
         """The position this id names (EARLIEST / LATEST for the sentinels)."""

@@ -66,15 +66,15 @@ def subscription_routes(service: BrokerService) -> APIRouter:
         namespace: str,
         topic: str,
         subscriptionName: str,
-        message_id: Annotated[MessageIdData | None, Body()] = None,
+        message_id: Annotated[MessageIdData | str | None, Body()] = None,
         replicated: bool = Query(False),
     ) -> Response:
         """Create a durable subscription at ``messageId`` (latest when not given)."""
         name = resolve.topic_name(tenant, namespace, topic)
+        start = MessageIdData.of(message_id).position()
         targets = resolve.topics_for(name)
         if any(subscriptionName in t.subscriptions for t in targets):
             raise RestError(409, "Subscription already exists for topic")
-        start = message_id.position() if message_id is not None else LATEST
         for t in targets:
             sub = t._create_subscription(subscriptionName, True, start == EARLIEST, None)
             if start not in (EARLIEST, LATEST):
@@ -130,9 +130,10 @@ def subscription_routes(service: BrokerService) -> APIRouter:
         namespace: str,
         topic: str,
         subName: str,
-        message_id: Annotated[MessageIdData, Body()],
+        body: Annotated[MessageIdData | str, Body()],
     ) -> Response:
         """Reset to a message id (after it with ``isExcluded``); consumers are disconnected."""
+        message_id = MessageIdData.of(body)
         name = resolve.topic_name(tenant, namespace, topic)
         if resolve.partitions(name) > 0:
             index = message_id.partitionIndex
@@ -141,7 +142,7 @@ def subscription_routes(service: BrokerService) -> APIRouter:
             name = name.partition(index)
         s = resolve.subscription(resolve.topic(name), subName)
         pos = message_id.position()
-        if message_id.isExcluded and pos not in (EARLIEST, LATEST):
+        if message_id.exclude and pos not in (EARLIEST, LATEST):
             pos = s.topic.ledger.next_position(pos)
         s.reset_cursor(pos)
         return no_content()
