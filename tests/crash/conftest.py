@@ -49,8 +49,11 @@ def crash_broker(request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
 
     Retention is infinite: with Pulsar's default (none), a topic without durable subscriptions
     may drop its closed ledgers after a restart, and the audit reads every topic from the start.
+    More settings come from indirect parametrization (``request.param``, a dict).
     """
-    b = BrokerProcess(conf={"defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1})
+    conf: dict[str, object] = {"defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1}
+    conf.update(getattr(request, "param", {}))
+    b = BrokerProcess(conf=conf)
     b.start()
     yield b
     if request.node.stash.get(_FAILED, False):

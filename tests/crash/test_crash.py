@@ -262,3 +262,63 @@ def test_subscriptions_resume_at_persisted_position_with_ack_holes(
                 assert list(got) == sorted(got), case.name
     finally:
         client.close()
+
+
+def acked_runs(acked: set[int], start: int, n: int) -> list[list[int]]:
+    """Maximal runs of consecutive acked message numbers from ``start`` on."""
+    runs: list[list[int]] = []
+    for i in range(start, n):
+        if i in acked:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+    return runs
+
+
+MAX_RANGES = 5
+
+
+@pytest.mark.parametrize(
+    "crash_broker", [{"managedLedgerMaxUnackedRangesToPersist": MAX_RANGES}], indirect=True
+)
+def test_ack_ranges_beyond_the_persist_limit_are_redelivered_after_sigkill(
+    crash_broker: BrokerProcess, crash_seed: int
+) -> None:
+    """Only the first managedLedgerMaxUnackedRangesToPersist ack ranges are saved (PIP-299): after
+    a crash the acks beyond them come back as duplicates, and nothing else does or is lost."""
+    rng = random.Random(crash_seed)
+    case = AckCase("Shared", topics(1)[0], pulsar.ConsumerType.Shared, unacked_pattern(rng, N))
+    first_hole = min(case.unacked)
+    runs = acked_runs(set(range(N)) - case.unacked, first_hole, N)
+    assert len(runs) > MAX_RANGES
+    lost_acks = {i for run in runs[MAX_RANGES:] for i in run}
+    client = make_client(crash_broker.service_url)
+    try:
+        consumer = case.subscribe(client)
+        case.ids = send_all(client.create_producer(case.topic, batching_enabled=False), N)
+        for _ in range(N):
+            msg = consumer.receive(timeout_millis=5000)
+            if int(msg.data()[1:]) not in case.unacked:
+                consumer.acknowledge(msg)
+        wait_backlog(crash_broker, case.topic, "durable", len(case.unacked))
+        time.sleep(PERSIST_WAIT)
+        before = cursor_state(crash_broker, case.topic, "durable")
+        crash_broker.kill()
+    finally:
+        client.close()
+    crash_broker.start(same_ports=True)
+    after = cursor_state(crash_broker, case.topic, "durable")
+    assert after["markDeletePosition"] == before["markDeletePosition"]
+    kept = before["individuallyDeletedMessages"].strip("[]").split(", ")[:MAX_RANGES]
+    assert after["individuallyDeletedMessages"] == "[" + ", ".join(kept) + "]"
+    client = make_client(crash_broker.service_url)
+    try:
+        got = drain_all(case.subscribe(client), len(case.unacked) + len(lost_acks))
+        assert set(got) == case.unacked | lost_acks, (
+            f"unexpected: {sorted(set(got) - case.unacked - lost_acks)}, "
+            f"missing: {sorted((case.unacked | lost_acks) - set(got))}"
+        )
+        assert all(got[i] == case.ids[i] for i in got)
+    finally:
+        client.close()
