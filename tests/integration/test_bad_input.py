@@ -23,7 +23,7 @@ import pytest
 from keyshared.protocol import commands, crc32c, max_frame_size, pb
 from tests.broker_process import BrokerProcess
 from tests.integration.conftest import make_client
-from tests.raw_client import RawClient, frame_with_size, raw_command
+from tests.raw_client import RawClient, frame_with_size, metadata, raw_command
 
 pytestmark = pytest.mark.integration
 
@@ -191,6 +191,27 @@ def test_wrong_checksum_gets_checksum_error_and_is_not_stored(
         client.close()
 
 
+def test_send_without_checksum_is_accepted(connected: RawClient, broker: BrokerProcess) -> None:
+    """The CRC is optional on the wire (clients before protocol v6 leave it out)."""
+    topic = new_topic()
+    pid, name = connected.create_producer(topic)
+    connected.send(
+        commands.send(
+            producer_id=pid,
+            sequence_id=0,
+            metadata=metadata(producer_name=name, sequence_id=0),
+            payload=b"no crc",
+            with_checksum=False,
+        )
+    )
+    assert connected.expect(T.SEND_RECEIPT).send_receipt.sequence_id == 0
+    client = make_client(broker.service_url)
+    try:
+        assert [m.data() for m in read_all(client, topic, 1)] == [b"no crc"]
+    finally:
+        client.close()
+
+
 def test_payload_flipped_after_checksum_gets_checksum_error(connected: RawClient) -> None:
     """A bit flipped in transit (after the CRC was computed) is caught the same way."""
     pid, name = connected.create_producer(new_topic())
@@ -237,9 +258,7 @@ def test_huge_announced_frame_closes_before_the_body(raw: RawClient) -> None:
     raw.wait_closed()
 
 
-def test_official_client_too_big_message_fails_client_side(
-    broker: BrokerProcess, witness: Witness
-) -> None:
+def test_official_client_too_big_message_fails_client_side(broker: BrokerProcess) -> None:
     client = make_client(broker.service_url)
     try:
         topic = new_topic()
