@@ -302,12 +302,12 @@ def receive_and_check(
                 keys.add(key)
         # The client sends acks grouped (100 ms): wait until the broker has them, else it
         # redelivers acked messages too (Pulsar's 3 s ack timeout hides this).
-        name = consumer.consumer_name()
-        wait_until(
-            lambda: env.consumer_stats()[name]["unackedMessages"] == expected // 2,
-            5,
-            f"{name}'s acks to reach the broker",
-        )
+        name, left = consumer.consumer_name(), expected // 2
+
+        def acks_arrived(name: str = name, left: int = left) -> bool:
+            return bool(env.consumer_stats()[name]["unackedMessages"] == left)
+
+        wait_until(acks_arrived, 5, f"{name}'s acks to reach the broker")
         consumer.redeliver_unacknowledged_messages()
         last = {}
         for _ in range(expected // 2):

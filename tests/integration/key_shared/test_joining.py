@@ -7,6 +7,7 @@ either way the new consumer gets nothing of it early, and nothing stays stuck fo
 
 from __future__ import annotations
 
+import datetime
 import os
 import random
 import threading
@@ -244,6 +245,38 @@ def test_row19_sticky_ranges_survive_consumer_restarts(env: KeySharedEnv) -> Non
     sticky(1, False)
     t.join(10)
     wait_until(lambda: not pending, 10, "every key to be received")
+
+
+# --- row 20 ------------------------------------------------------------------------------------
+def test_row20_dispatch_goes_on_around_delayed_messages(env: KeySharedEnv) -> None:
+    """40 delayed messages (1 s here, 10 s in Pulsar) then 40 normal ones: the normal ones are
+    not held up behind the delayed ones, the delayed ones come after their time, all 80 come."""
+    delay = 1.0
+    rng = random.Random(20)
+    c1 = env.consumer("c1", sub="my-sub", queue=10)
+    producer = env.producer()
+    sent_at = time.monotonic()
+    for i in range(40):
+        producer.send(
+            str(100 + i).encode(),
+            partition_key=str(rng.randrange(NUMBER_OF_KEYS)),
+            deliver_after=datetime.timedelta(seconds=delay),
+        )
+    for i in range(40):
+        producer.send(str(i).encode(), partition_key=str(rng.randrange(NUMBER_OF_KEYS)))
+    c2 = env.consumer("c2", sub="my-sub", queue=30)
+    arrivals: dict[int, float] = {}
+
+    def handle(_i: int, c: pulsar.Consumer, m: pulsar.Message) -> None:
+        arrivals[value(m)] = time.monotonic() - sent_at
+        c.acknowledge(m)
+
+    receive_in_threads([c1, c2], handle, idle_ms=int(delay * 1000) + 1500)
+    assert set(arrivals) == set(range(40)) | set(range(100, 140))
+    normal = max(arrivals[v] for v in range(40))
+    early = [v for v in range(100, 140) if arrivals[v] < delay]
+    assert not early, f"delayed messages delivered early: {early}"
+    assert normal < delay, f"normal messages waited for the delayed ones ({normal:.2f}s)"
 
 
 # --- row 21 ------------------------------------------------------------------------------------

@@ -1,0 +1,180 @@
+"""Per-key order while consumers come and go: row 16 of research §8 and churn scenarios.
+
+The churn scenarios dispatch a backlog of few hot keys (16) to consumers of uneven speed while
+consumers join and leave and a producer keeps publishing; every delivery is recorded and
+checked by tests/ordering.py: one consumer per key at a time, per-key order, nothing lost,
+duplicates only of what a leaving consumer held. Few keys and uneven speed are what makes an
+ordering bug show (research anchors §2): with thousands of keys every key recurs too rarely.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pulsar
+import pytest
+
+from tests.integration.key_shared.helpers import KeySharedEnv, Worker, uneven, value, wait_until
+from tests.ordering import ConsumptionRecorder, check
+
+pytestmark = pytest.mark.timeout(60)
+
+HOT_KEYS = [f"hot-{i}" for i in range(16)]
+
+
+# --- row 16 ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("partitioned", [False, True], ids=["single", "partitioned"])
+def test_row16_listener_sees_each_key_in_order(env: KeySharedEnv, partitioned: bool) -> None:
+    if partitioned:
+        status, body = env.broker.admin("PUT", env.path + "/partitions", 3)
+        assert status in (200, 204), body
+    rng = random.Random(16)
+    received: list[pulsar.Message] = []
+    lock = threading.Lock()
+
+    def listener(_c: pulsar.Consumer, msg: pulsar.Message) -> None:
+        time.sleep(rng.random() * 0.002)
+        with lock:
+            received.append(msg)
+
+    consumer = env.consumer(sub="my-sub", listener=listener)
+    producer = env.client.create_producer(
+        env.topic, batching_enabled=True, batching_max_publish_delay_ms=1
+    )
+    keys = ["key-1", "key-2", "key-3"]
+    n = 300
+    for i in range(n):
+        producer.send(str(i).encode(), partition_key=keys[i % 3])
+    wait_until(lambda: len(received) >= n, 15, f"{n} messages")
+    last: dict[str, int] = {}
+    for msg in received:
+        key, v = msg.partition_key(), value(msg)
+        assert v > last.get(key, -1), f"{key}: {v} after {last[key]}"
+        last[key] = v
+        consumer.acknowledge(msg)
+    assert len(received) == n
+
+
+# --- churn -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """At ``at`` seconds: a consumer joins (with its queue size and mean work time) or leaves."""
+
+    at: float
+    label: str
+    join: bool = True
+    queue: int = 10
+    mean_ms: float = 0.0
+
+
+SCHEDULE = [
+    Step(0.0, "a", queue=20, mean_ms=0.2),
+    Step(0.0, "b", queue=5, mean_ms=2.0),
+    Step(0.25, "c", queue=10, mean_ms=0.8),
+    Step(0.5, "a", join=False),
+    Step(0.65, "d", queue=50, mean_ms=0.1),
+    Step(0.8, "b", join=False),
+    Step(0.95, "e", queue=3, mean_ms=1.5),
+    Step(1.1, "c", join=False),
+    Step(1.25, "f", queue=10, mean_ms=0.5),
+    Step(1.4, "d", join=False),
+]
+
+
+def run_churn(env: KeySharedEnv, *, batch: bool, seed: int, backlog: int, live: int) -> None:
+    rec = ConsumptionRecorder()
+    rng = random.Random(seed)
+    producer = env.producer(batch)
+    failures: list[pulsar.Result] = []
+    # A skewed choice of hot keys: some keys recur on almost every message.
+    weights = [1.0 / (i + 1) for i in range(len(HOT_KEYS))]
+
+    def publish(count: int, first: int, gap: float = 0.0) -> None:
+        for i in range(first, first + count):
+            key = rng.choices(HOT_KEYS, weights)[0]
+
+            def done(res: pulsar.Result, mid: pulsar.MessageId, key: str = key) -> None:
+                if res == pulsar.Result.Ok:
+                    rec.expect(key, mid)
+                else:
+                    failures.append(res)
+
+            producer.send_async(str(i).encode(), done, partition_key=key)
+            if gap and i % 20 == 0:
+                time.sleep(gap)
+        producer.flush()
+
+    env.consumer("init").close()  # the subscription starts at the beginning of the backlog
+    publish(backlog, 0)
+    live_pub = threading.Thread(target=publish, args=(live, backlog, 0.01), daemon=True)
+    workers: dict[str, Worker] = {}
+    started = time.monotonic()
+    try:
+        for step in SCHEDULE:
+            delay = started + step.at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            if step.join:
+                # With batch-index acks the broker knows which messages of a batch were
+                # acked and does not send them again when the batch goes to another consumer.
+                c = env.consumer(step.label, queue=step.queue, batch_index_ack_enabled=batch)
+                workers[step.label] = Worker(
+                    c,
+                    step.label,
+                    rec,
+                    delay=uneven(random.Random(rng.random()), step.mean_ms / 1000),
+                ).start()
+                if step.at > 0 and live_pub.ident is None:
+                    live_pub.start()
+            else:
+                workers[step.label].close()
+        live_pub.join(20)
+        assert not failures, failures
+        active = [w for w in workers.values() if not w._closed]
+        try:
+            wait_until(lambda: not rec.missing(), 20, "every message to be acked")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {stuck_state(env, rec)}") from None
+    finally:
+        for w in workers.values():
+            w.close()
+    for w in workers.values():
+        w.check_errors()
+    report = check(rec)
+    per_consumer: dict[str, int] = defaultdict(int)
+    for d in rec.deliveries():
+        per_consumer[d.consumer] += 1
+    # Every consumer that stayed a while took part: the keys really moved around.
+    assert len([n for n in per_consumer.values() if n]) >= len(SCHEDULE) // 2, per_consumer
+    assert report.deliveries >= backlog + live
+    assert active
+
+
+def stuck_state(env: KeySharedEnv, rec: ConsumptionRecorder) -> str:
+    """What the subscription looks like when messages stop coming (for the failure report)."""
+    sub = env.sub_stats()
+    cursor = env.cursor()
+    consumers = {
+        c["consumerName"]: (c["availablePermits"], c["unackedMessages"]) for c in sub["consumers"]
+    }
+    keep = ("msgBacklog", "msgInReplay", "unackedMessages", "consumersAfterMarkDeletePosition")
+    missing = rec.missing()
+    return (
+        f"{len(missing)} missing (first {[str(p) for _, p in missing[:5]]}); "
+        f"sub { ({k: sub.get(k) for k in keep}) }; consumers (permits, unacked) {consumers}; "
+        f"cursor markDelete {cursor['markDeletePosition']} read {cursor['readPosition']} "
+        f"pendingRead {cursor.get('subscriptionHavePendingRead')} "
+        f"pendingReplayRead {cursor.get('subscriptionHavePendingReplayRead')} "
+        f"waitingReadOp {cursor.get('waitingReadOp')}"
+    )
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["nobatch", "keybatch"])
+def test_churn_hot_keys_keep_order_and_one_owner(env379: KeySharedEnv, batch: bool) -> None:
+    """On PIP-379. The classic variant is left out for now: the classic dispatcher can stall
+    here with its whole backlog in the replay queue behind a parked normal read."""
+    run_churn(env379, batch=batch, seed=1 if batch else 2, backlog=1500, live=800)
