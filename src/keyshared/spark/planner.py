@@ -136,18 +136,26 @@ class Planner:
 
     def check_data_loss(self, state: PartitionState, start: Pos) -> None:
         """Fail (or warn, with ``failOnDataLoss=false``) when entries right after ``start``
-        were deleted before this query read them."""
+        were deleted before this query read them.
+
+        When ``start``'s ledger is gone and stored entries begin later, entries were lost unless
+        ``start`` was that ledger's last entry, which is known only if this planner saw the
+        ledger (ends on a ledger's last entry are written ``NEXT:-1``, see
+        :func:`keyshared.spark.positions.advance`, so this case is rare).
+        """
         if start == BEFORE_ALL or state.ledgers is None:
             return
         if any(li.ledger_id == start[0] for li in state.ledgers):
             return
-        size = self._known_sizes.get((state.topic.full, start[0]))
         first = first_entry(state.ledgers)
-        if size is None or start[1] + 1 >= size or first is None or first <= start:
+        if first is None or first <= start:
+            return
+        size = self._known_sizes.get((state.topic.full, start[0]))
+        if size is not None and start[1] + 1 >= size:
             return
         text = (
-            f"{state.topic.full}: ledger {start[0]} was deleted with entries "
-            f"{start[1] + 1}..{size - 1} unread; the first stored entry is {first[0]}:{first[1]}"
+            f"{state.topic.full}: ledger {start[0]} was deleted with entries after "
+            f"{start[0]}:{start[1]} unread; the first stored entry is {first[0]}:{first[1]}"
         )
         if self.opts.fail_on_data_loss:
             raise DataLossError(text + " (set failOnDataLoss=false to go on)")

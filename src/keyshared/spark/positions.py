@@ -73,6 +73,19 @@ def first_entry(ledgers: Sequence[LedgerInfo]) -> Pos | None:
     return None
 
 
+def next_entry(ledgers: Sequence[LedgerInfo], start: Pos) -> Pos | None:
+    """The first stored entry after ``start``, or None."""
+    for li in ledgers:
+        if li.entries <= 0 or li.ledger_id < start[0]:
+            continue
+        if li.ledger_id == start[0]:
+            if start[1] + 1 < li.entries:
+                return li.ledger_id, max(start[1] + 1, 0)
+            continue
+        return li.ledger_id, 0
+    return None
+
+
 def count_between(ledgers: Sequence[LedgerInfo], start: Pos, end: Pos) -> int:
     """How many stored entries lie in ``(start, end]``."""
     if end <= start:
@@ -101,7 +114,7 @@ def advance(ledgers: Sequence[LedgerInfo] | None, start: Pos, n: int, latest: Po
             return min((start[0], start[1] + n), latest)
         return latest
     left = n
-    for li in ledgers:
+    for i, li in enumerate(ledgers):
         if li.ledger_id < start[0] or li.entries <= 0:
             continue
         lo = start[1] + 1 if li.ledger_id == start[0] else 0
@@ -109,9 +122,23 @@ def advance(ledgers: Sequence[LedgerInfo] | None, start: Pos, n: int, latest: Po
         if avail <= 0:
             continue
         if avail >= left:
-            return min((li.ledger_id, lo + left - 1), latest)
+            end = min((li.ledger_id, lo + left - 1), latest)
+            return _past_ledger_end(ledgers, i, end, latest)
         left -= avail
     return latest
+
+
+def _past_ledger_end(ledgers: Sequence[LedgerInfo], i: int, end: Pos, latest: Pos) -> Pos:
+    """``(next ledger, -1)`` for an end on the last entry of a ledger that a non-empty ledger
+    follows: the same entries, but a restart that finds the ledger deleted can tell nothing
+    after the end was lost with it."""
+    li = ledgers[i]
+    if end != (li.ledger_id, li.entries - 1):
+        return end
+    for nxt in ledgers[i + 1 :]:
+        if nxt.entries > 0:
+            return (nxt.ledger_id, -1) if (nxt.ledger_id, 0) <= latest else end
+    return end
 
 
 def split_range(ledgers: Sequence[LedgerInfo], start: Pos, end: Pos, pieces: int) -> list[Pos]:

@@ -35,13 +35,18 @@ class DataLossError(RuntimeError):
 
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
-    """One Spark partition: the entries of ``topic`` in ``(start, end]``, minus ``acked``."""
+    """One Spark partition: the entries of ``topic`` in ``(start, end]``, minus ``acked``.
+
+    ``expect_first`` is the first entry of the range when it was planned: a read that finds a
+    later one first has lost entries to retention in between.
+    """
 
     topic: str
     partition: int
     start: Pos
     end: Pos
     acked: tuple[tuple[Pos, Pos], ...] = ()
+    expect_first: Pos | None = None
 
     def __repr__(self) -> str:
         return (
@@ -108,6 +113,7 @@ def _read(reader: Any, part: RangePartition, opts: SourceOptions) -> Iterator[pa
     timeout = opts.poll_timeout_ms
     rows = opts.arrow_batch_rows
     last = start
+    expect = part.expect_first
     n = 0
     while True:
         # At the end entry, only a message already on its way can still belong to the range
@@ -117,13 +123,11 @@ def _read(reader: Any, part: RangePartition, opts: SourceOptions) -> Iterator[pa
         try:
             msg = read_next(timeout)
         except pulsar.Timeout:
-            text = (
+            _lost(
+                opts,
                 f"{part!r}: no entry after {format_pos(last)} within pollTimeoutMs={timeout}; "
-                "the range's entries are gone (retention, deleted topic) or the broker is down"
+                "the range's entries are gone (retention, deleted topic) or the broker is down",
             )
-            if opts.fail_on_data_loss:
-                raise DataLossError(text + " (set failOnDataLoss=false to go on)") from None
-            log.warning("%s: skipped", text)
             break
         mid = msg.message_id()
         pos = (mid.ledger_id(), mid.entry_id())
@@ -131,6 +135,14 @@ def _read(reader: Any, part: RangePartition, opts: SourceOptions) -> Iterator[pa
             continue
         if pos > end:
             break
+        if expect is not None:
+            if pos > expect:
+                _lost(
+                    opts,
+                    f"{part!r}: entries {format_pos(expect)}..before {format_pos(pos)} were "
+                    "deleted (retention) after the range was planned",
+                )
+            expect = None
         last = pos
         if acked and acked.contains(pos):
             continue
@@ -141,3 +153,10 @@ def _read(reader: Any, part: RangePartition, opts: SourceOptions) -> Iterator[pa
             n = 0
     if n:
         yield builder.build()
+
+
+def _lost(opts: SourceOptions, text: str) -> None:
+    """Fail on data loss, or log it when ``failOnDataLoss=false``."""
+    if opts.fail_on_data_loss:
+        raise DataLossError(text + " (set failOnDataLoss=false to go on)")
+    log.warning("%s: skipped", text)

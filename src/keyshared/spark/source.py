@@ -39,6 +39,7 @@ from keyshared.spark.positions import (
     advance,
     count_between,
     format_pos,
+    next_entry,
     parse_pos,
     split_range,
 )
@@ -122,7 +123,12 @@ def _ranges(
         if state is not None:
             planner.check_data_loss(state, start)
         holes = (acked or {}).get(name, ())
-        out.append(RangePartition(name, index, start, end, holes))
+        expect = None
+        if state is not None and state.ledgers is not None:
+            expect = next_entry(state.ledgers, start)
+            if expect is not None and expect > end:
+                expect = None
+        out.append(RangePartition(name, index, start, end, holes, expect))
     want = opts.min_partitions
     if want > len(out) and out:
         pieces = -(-want // len(out))
@@ -134,7 +140,8 @@ def _ranges(
                 continue
             lo = part.start
             for hi in split_range(state.ledgers, part.start, part.end, pieces):
-                split.append(RangePartition(part.topic, part.partition, lo, hi, part.acked))
+                first = next_entry(state.ledgers, lo)
+                split.append(RangePartition(part.topic, part.partition, lo, hi, part.acked, first))
                 lo = hi
         out = split
     return out
