@@ -56,6 +56,11 @@ class BrokerConfig:
     ttlDurationDefaultInSeconds: int = 0
     # Pulsar's is whole minutes; fractions are accepted here (tests use seconds).
     messageExpiryCheckIntervalInMinutes: float = 5.0
+    # Topic compaction: bytes after the last compaction horizon that trigger one (0 = off),
+    # how often that is checked, and whether messages without a key survive compaction.
+    brokerServiceCompactionThresholdInBytes: int = 0
+    brokerServiceCompactionMonitorIntervalInSeconds: int = 60
+    topicCompactionRetainNullKey: bool = False
     # --- dispatch ------------------------------------------------------------------------
     dispatcherMaxReadBatchSize: int = 100
     dispatcherMinReadBatchSize: int = 1

@@ -94,6 +94,7 @@ class Consumer:
         key_shared_meta: KeySharedMeta | None = None,
         max_unacked_messages: int = 0,
         track_pending_acks: bool = False,
+        read_compacted: bool = False,
     ) -> None:
         self.consumer_id = consumer_id
         self.consumer_name = consumer_name
@@ -104,6 +105,8 @@ class Consumer:
         self.metadata = metadata or {}
         self.key_shared_meta = key_shared_meta
         self.max_unacked_messages = max_unacked_messages
+        # Reads the compacted view up to the compaction horizon (Exclusive/Failover only).
+        self.read_compacted = read_compacted
         # Only Shared and Key_Shared track which entries each consumer holds (as Pulsar does).
         self.pending_acks: dict[Position, PendingAck] | None = {} if track_pending_acks else None
         self.available_permits = 0

@@ -231,6 +231,7 @@ class BrokerService:
             for topic in list(self.topics.values()):
                 try:
                     topic.flush_cursors()
+                    topic.compactor.check_threshold()
                     if check_expiry:
                         await topic.expire_messages()
                     await topic.trim_consumed_ledgers()

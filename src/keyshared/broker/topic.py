@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dedup import Deduplication, Verdict
 from keyshared.broker.dispatch.base import Scheduler
@@ -113,6 +114,7 @@ class PersistentTopic:
         if self.policy("deduplicationEnabled"):
             self._enable_dedup()
         self._restore_subscriptions()
+        self.compactor = Compactor(self)
 
     # --- subscriptions on disk -----------------------------------------------------------
     def _sub_key(self, sub: str) -> str:
@@ -334,6 +336,8 @@ class PersistentTopic:
             sub.cursor.delete()
         else:
             sub.cursor.close()
+        if name == COMPACTION_SUBSCRIPTION:
+            self.compactor.forget()
 
     def unsubscribe(self, name: str, consumer: Consumer | None = None) -> None:
         """Delete ``name``; refused while other consumers are attached."""
@@ -443,7 +447,12 @@ class PersistentTopic:
         ttl = int(self.policy("message_ttl_in_seconds"))
         if ttl <= 0:
             return
-        subs = [s for s in self.subscriptions.values() if s.durable]
+        # The compaction cursor is not a consumer: its data must reach compaction (as Pulsar).
+        subs = [
+            s
+            for s in self.subscriptions.values()
+            if s.durable and s.name != COMPACTION_SUBSCRIPTION
+        ]
         if not subs or self.ledger.last_add_confirmed.entry_id < 0:
             return
         cutoff = int(time.time() * 1000) - ttl * 1000
@@ -616,6 +625,7 @@ class PersistentTopic:
             sub.cursor.close()
         if self.dedup is not None and self._held is None:
             self.dedup.snapshot()
+        await self.compactor.close()
         await self.ledger.close()
 
 

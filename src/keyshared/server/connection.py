@@ -592,6 +592,11 @@ class ServerConnection(asyncio.Protocol):
                 )
             topic = self.service.get_topic(name, create=r.force_topic_creation)
             sub_type = SubType(r.subType)
+            if r.read_compacted and sub_type not in (SubType.Exclusive, SubType.Failover):
+                raise BrokerError(
+                    ServerError.NotAllowedError,
+                    "readCompacted only allowed on failover or exclusive subscriptions",
+                )
             ksm = None
             if sub_type is SubType.Key_Shared:
                 meta = r.keySharedMeta
@@ -624,6 +629,7 @@ class ServerConnection(asyncio.Protocol):
                     key_shared_meta=ksm,
                     max_unacked_messages=max_unacked,
                     track_pending_acks=tracks,
+                    read_compacted=r.read_compacted,
                 )
 
             consumer = topic.subscribe(

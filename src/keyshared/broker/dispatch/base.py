@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.broker.consumer import Consumer, OutboundMessage, PendingAck
 from keyshared.broker.entry_meta import EntryMeta
 from keyshared.storage.entry import Entry
+from keyshared.storage.position import Position
 
 if TYPE_CHECKING:
     from keyshared.broker.subscription import Subscription
@@ -196,9 +197,17 @@ class Dispatcher:
         self.read_batch_size = min(self.read_batch_size * 2, self.config.dispatcherMaxReadBatchSize)
 
     def send_to_consumer(
-        self, consumer: Consumer, entries: Sequence[Entry], *, track: bool = False
+        self,
+        consumer: Consumer,
+        entries: Sequence[Entry],
+        *,
+        track: bool = False,
+        ack_sets: Mapping[Position, list[int]] | None = None,
     ) -> int:
-        """Write ``entries`` to ``consumer``; returns the number of messages sent."""
+        """Write ``entries`` to ``consumer``; returns the number of messages sent.
+
+        ``ack_sets`` overrides the cursor's ack set of some batch entries (compacted reads).
+        """
         sub = self.subscription
         topic = sub.topic
         counts = sub.redelivery_counts
@@ -212,6 +221,8 @@ class Dispatcher:
             pos = entry.position
             meta = topic.entry_meta(entry)
             ack_set = cursor.get_ack_set(pos) if meta.num_messages > 1 else None
+            if ack_sets is not None:
+                ack_set = ack_sets.get(pos, ack_set)
             if ack_set is not None:
                 acked_indexes += meta.num_messages - _unacked_count(ack_set)
             messages += meta.num_messages

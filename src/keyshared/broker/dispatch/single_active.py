@@ -95,9 +95,11 @@ class SingleActiveDispatcher(Dispatcher):
             return
         n = min(permits, self.read_batch_size)
         self.have_pending_read = True
-        on_done(
-            self.cursor.read_entries_or_wait(n), lambda fut: self._read_complete(fut, active, n)
-        )
+        if active.read_compacted:
+            read = self.subscription.topic.compactor.read_entries_or_wait(self.cursor, n, active)
+        else:
+            read = self.cursor.read_entries_or_wait(n)
+        on_done(read, lambda fut: self._read_complete(fut, active, n))
 
     def _read_complete(self, fut: Any, reader_for: Consumer, asked: int) -> None:
         self.have_pending_read = False
@@ -120,5 +122,8 @@ class SingleActiveDispatcher(Dispatcher):
             return
         if len(result.entries) >= asked:
             self.grow_read_batch()
-        self.send_to_consumer(reader_for, result.entries)
+        # A read of the compacted view says which batch indexes survive.
+        self.send_to_consumer(
+            reader_for, result.entries, ack_sets=getattr(result, "ack_sets", None)
+        )
         self.read_more()
