@@ -99,7 +99,8 @@ def _topic_access(read: bool, tenant: str, ns: str, rest: list[str]) -> Access:
     tail = rest[1:]
     if not tail:
         return Access(NAMESPACE, tenant, ns, "lookup") if read else Access(TENANT_ADMIN, tenant)
-    if tail[0] in _TOPIC_CONSUME:
+    if tail[0] in _TOPIC_CONSUME or (read and tail[0] == "ledger"):
+        # Get-message-by-id reads data, as examinemessage does: Pulsar asks for consume.
         return Access(NAMESPACE, tenant, ns, "consume")
     if read and tail[0] in _TOPIC_LOOKUP_GETS:
         return Access(NAMESPACE, tenant, ns, "lookup")
