@@ -14,7 +14,7 @@ import os
 import pytest
 
 DEFAULT_SEEDS = 10_000
-CHUNK = 1_000
+CHUNK = 500
 
 
 def _env_int(name: str) -> int | None:

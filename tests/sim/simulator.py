@@ -1,25 +1,31 @@
 """A seeded simulation of one Key_Shared subscription: the real dispatcher, subscription and cursor,
 driven through random schedules and checked by an oracle after every step.
 
-One seed fixes everything: the subscription's settings, the keys, and a schedule of steps. A step
+One seed fixes everything: the subscription's settings (AUTO_SPLIT with consistent hashing or
+range auto-split, allowOutOfOrderDelivery, or STICKY ranges; look-ahead and unacked limits, read
+batch sizes, backoff, the PIP-299 pause, ledger size), the keys, and a schedule of steps. A step
 is one of: run the next queued callback of the loop (:mod:`tests.sim.loop`), complete or fail a
 storage read held in flight (``ControlledReader``), fire the earliest timer, publish entries (a few
-hot keys, some batches), a consumer joining, leaving gracefully or crashing, acking some of what
-it holds (in any order, some batch indexes one by one), nacking, sending FLOW, pausing, its
-connection's write buffer filling or draining, and a reset-cursor (seek). Then every consumer
-stays, flows and acks everything, and the run must come to rest with everything acked.
+hot keys, some batches), a consumer joining (a new name, or a reused one: a reconnect), leaving
+gracefully or crashing, acking some of what it holds (in any order, some batch indexes one by
+one), nacking, sending FLOW, pausing, its connection's write buffer filling or draining, and a
+reset-cursor (seek). Then every consumer stays, flows and acks everything, and the run must come
+to rest with everything acked.
 
-What the oracle checks (:class:`Oracle`):
+What the checks are (``check_delivery`` on every MESSAGE, ``check_step`` after every step,
+``check_end`` at rest):
 
-* exclusivity: a key's entries are held unacked by at most one consumer at a time (checked on
-  every delivery and after every step);
-* per-consumer order: a consumer gets each key's entries in increasing position order, except an
-  entry that was negatively acknowledged and not delivered since (Pulsar gives no ordering
+* exclusivity: a key's entries are held unacked by at most one consumer at a time;
+* per-consumer order: a consumer gets each key's entries in increasing position order, except a
+  redelivery of an entry it had been given before (and so did not ack), or an entry that was
+  negatively acknowledged, by any consumer, and not delivered since (Pulsar gives no ordering
   guarantee across a nack: research/pulsar-semantics.md §3);
 * per-key order of first deliveries, across consumers (what the key's processing sees);
-* no entry is delivered while another consumer holds it, after it was acked, or to a consumer
-  the broker removed; a redelivered batch carries exactly the indexes still unacked;
-* the broker's pending acks of each consumer are exactly what that consumer holds;
+  (these three do not hold with allowOutOfOrderDelivery, and are not checked then)
+* no entry is delivered while a consumer holds it, after it was acked, or to a consumer the
+  broker removed; a redelivered batch carries exactly the indexes still unacked;
+* the cursor agrees with every ack (whole entries and batch indexes); the broker's pending acks
+  of each consumer are exactly what that consumer holds;
 * liveness: once consumers stay, every entry is delivered at least once and acked, the cursor's
   mark-delete position reaches the last entry, and nothing stays queued, draining or counted as
   unacked.
@@ -102,8 +108,10 @@ class Params:
     """Everything a seed fixes before the schedule starts."""
 
     steps: int
-    # AUTO_SPLIT (the selector splits the hash space, draining keeps order) or STICKY (each
-    # consumer is given one of ``sticky_parts`` equal ranges; a range without consumer waits).
+    # AUTO_SPLIT (the selector splits the hash space, draining keeps order), AUTO_SPLIT_OOO
+    # (allowOutOfOrderDelivery: no draining, no order, so the oracle checks neither), or STICKY
+    # (each consumer is given one of ``sticky_parts`` equal ranges; a range without consumer
+    # waits).
     mode: str
     sticky_parts: int
     keys: tuple[str, ...]
@@ -131,7 +139,7 @@ class Params:
         keys = tuple(f"k{i}" for i in range(nkeys))
         return cls(
             steps=rng.randint(30, 80),
-            mode="STICKY" if rng.random() < 0.15 else "AUTO_SPLIT",
+            mode=rng.choices(("AUTO_SPLIT", "AUTO_SPLIT_OOO", "STICKY"), (75, 10, 15))[0],
             sticky_parts=rng.choice((1, 2, 4)),
             keys=keys,
             ordering_keys=frozenset(k for k in keys if rng.random() < 0.3),
@@ -259,6 +267,8 @@ class Simulation:
         self.step_no = 0
         self.loop = SimLoop()
         self.config = self.params.broker_config()
+        # Whether the key guarantees hold (not with allowOutOfOrderDelivery).
+        self.keyed = self.params.mode != "AUTO_SPLIT_OOO"
         self.ledger = InMemoryLedger(max_entries_per_ledger=self.params.entries_per_ledger)
         self.reader = ControlledReader(self.ledger, hold=True)
         self.cursor = ManagedCursor(
@@ -451,7 +461,14 @@ class Simulation:
             meta: KeySharedMeta | None = KeySharedMeta("STICKY", [self.sticky_range(part)])
         else:
             part = -1
-            meta = KeySharedMeta() if rng.random() < 0.7 else None
+            ooo = self.params.mode == "AUTO_SPLIT_OOO"
+            meta = (
+                KeySharedMeta(allow_out_of_order_delivery=True)
+                if ooo
+                else KeySharedMeta()
+                if rng.random() < 0.7
+                else None
+            )
         transport = SimTransport(self.on_messages, self.on_broker_close)
         consumer = Consumer(
             consumer_id=self._next_id,
@@ -718,6 +735,28 @@ class Simulation:
         owner = self.holder.get(pos)
         if owner is not None:
             raise Violation(f"{c} got {pos}, which {owner} holds unacked")
+        if self.keyed:
+            self.check_key_order(c, pos, key)
+        if pos not in self.delivered:
+            self.delivered.add(pos)
+        else:
+            self.redeliveries += 1
+        self.nacked.discard(pos)
+        done = self.partial.get(pos, 0)
+        if size > 1:
+            want = batch_ack.full(size) & ~done
+            got = batch_ack.full(size) if m.ack_set is None else batch_ack.from_words(m.ack_set)
+            if got != want:
+                raise Violation(f"{pos} sent with unacked indexes {got:b}, want {want:b}")
+        elif m.ack_set is not None:
+            raise Violation(f"{pos} is not a batch but was sent with ack set {m.ack_set}")
+        self.deliveries += 1
+        c.given.add(pos)
+        c.hold(pos, Held(key, size))
+        self.holder[pos] = c
+
+    def check_key_order(self, c: Client, pos: Position, key: str) -> None:
+        """Exclusivity and per-key order of one delivery (before it is recorded)."""
         for other in self.live:
             if other is not c and other.key_counts.get(key):
                 mine = sorted(p for p, h in other.held.items() if h.key == key)
@@ -733,36 +772,20 @@ class Simulation:
                 )
         else:
             c.max_seen[key] = pos
-        if pos in self.delivered:
-            self.redeliveries += 1
-        else:
+        if pos not in self.delivered:
             first = self.first_max.get(key)
             if first is not None and pos < first:
                 raise Violation(
                     f"order: first delivery of {pos} of key {key} after {first} was delivered"
                 )
             self.first_max[key] = pos
-            self.delivered.add(pos)
-        self.nacked.discard(pos)
-        done = self.partial.get(pos, 0)
-        if size > 1:
-            want = batch_ack.full(size) & ~done
-            got = batch_ack.full(size) if m.ack_set is None else batch_ack.from_words(m.ack_set)
-            if got != want:
-                raise Violation(f"{pos} sent with unacked indexes {got:b}, want {want:b}")
-        elif m.ack_set is not None:
-            raise Violation(f"{pos} is not a batch but was sent with ack set {m.ack_set}")
-        self.deliveries += 1
-        c.given.add(pos)
-        c.hold(pos, Held(key, size))
-        self.holder[pos] = c
 
     # --- after every step ----------------------------------------------------------------------
     def check_step(self) -> None:
         """Cheap whole-state checks."""
         owners: dict[str, Client] = {}
         for c in self.live:
-            for key in c.key_counts:
+            for key in c.key_counts if self.keyed else ():
                 other = owners.get(key)
                 if other is not None:
                     raise Violation(f"exclusivity: key {key} held by {other} and {c}")
