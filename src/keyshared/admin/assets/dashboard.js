@@ -163,17 +163,22 @@
   }
 
   function sparkline(name) {
-    const h = state.history.get(name);
-    if (!h || h.in.length < 2) return '<div class="metric"><div class="k">last 90 s</div><svg class="spark"></svg></div>';
+    const h = state.history.get(name) || { in: [], out: [] };
     const max = Math.max(1, ...h.in, ...h.out);
-    // Newest at the right edge; the line grows leftwards as history accumulates.
-    const pts = (arr) => arr.map((v, i) => (((HISTORY - arr.length + i) / (HISTORY - 1)) * 100)
-      .toFixed(2) + "," + (32 - (v / max) * 30).toFixed(2)).join(" ");
+    // Newest at the right edge; the line grows leftwards as history accumulates (a single
+    // sample is drawn as a short step so the first second is not blank).
+    const pts = (arr) => {
+      const series = arr.length === 1 ? [arr[0], arr[0]] : arr;
+      return series.map((v, i) => (((HISTORY - series.length + i) / (HISTORY - 1)) * 100)
+        .toFixed(2) + "," + (32 - (v / max) * 30).toFixed(2)).join(" ");
+    };
+    const lines = h.in.length
+      ? '<polyline class="out" points="' + pts(h.out) + '"/><polyline class="in" points="' +
+        pts(h.in) + '"/>'
+      : "";
     return '<div class="metric"><div class="k">last 90 s · <span class="in-key">in</span> ' +
       '<span class="out-key">out</span></div>' +
-      '<svg class="spark" viewBox="0 0 100 34" preserveAspectRatio="none">' +
-      '<polyline class="out" points="' + pts(h.out) + '"/>' +
-      '<polyline class="in" points="' + pts(h.in) + '"/></svg></div>';
+      '<svg class="spark" viewBox="0 0 100 34" preserveAspectRatio="none">' + lines + "</svg></div>";
   }
 
   function renderTopic(el, t) {
