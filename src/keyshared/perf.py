@@ -252,7 +252,7 @@ class Reporter:
             text.append(f"  pending {pending:,}", style="dim")
         h = iv.latency
         if h.count == 0:
-            text.append("  │ latency –", style="dim")
+            text.append("  │ latency -", style="dim")
             return text
         text.append("  │ latency ms ", style="dim")
         for name, value in (
