@@ -346,6 +346,7 @@ class Compactor:
                 cursor.seek(after)
             self._resume.pop(consumer, None)
             return await cursor.read_entries_or_wait(max_entries)
+        read_from = cursor.read_position
         last = records[-1].position
         nxt = ledger.next_position(last)
         if nxt > cursor.read_position:
@@ -354,7 +355,7 @@ class Compactor:
             cursor.seek(nxt)
         # Where the next compacted read starts, even where the topic no longer holds data.
         self._resume[consumer] = (cursor.epoch, last.next())
-        return self._deliverable(cursor, records, epoch)
+        return self._deliverable(cursor, records, epoch, read_from)
 
     def _at_start(self, cursor: ManagedCursor) -> bool:
         ledger = self.topic.ledger
@@ -364,14 +365,18 @@ class Compactor:
 
     @staticmethod
     def _deliverable(
-        cursor: ManagedCursor, records: list[CompactedEntry], epoch: int
+        cursor: ManagedCursor, records: list[CompactedEntry], epoch: int, read_from: Position
     ) -> CompactedReadResult:
-        """The records not acked on ``cursor``, with the ack set each partial batch needs."""
+        """The records not acked on ``cursor``, with the ack set each partial batch needs.
+
+        Records before ``read_from`` (read from the start, where the topic no longer holds
+        data) lie at or before the cursor's mark-delete without having been consumed: shown.
+        """
         result = CompactedReadResult([], epoch)
         batch_bits = cursor.batch_deleted_indexes
         for r in records:
             pos = r.position
-            if cursor.is_acked(pos):
+            if pos >= read_from and cursor.is_acked(pos):
                 continue
             bits = r.mask
             partial = batch_bits.get(pos) if batch_bits else None
