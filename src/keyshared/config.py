@@ -101,6 +101,8 @@ class BrokerConfig:
     tlsRequireTrustedClientCertOnConnect: bool = False
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
+    exposeConsumerLevelMetricsInPrometheus: bool = False
+    exposeProducerLevelMetricsInPrometheus: bool = False
 
     unknown_keys: list[str] = field(default_factory=list)
 

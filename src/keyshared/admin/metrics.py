@@ -202,8 +202,8 @@ class BrokerCollector(Collector):
         """The families of every loaded topic, built from its stats now."""
         cfg = self.service.config
         cluster = cfg.clusterName
-        consumers_on = bool(getattr(cfg, "exposeConsumerLevelMetricsInPrometheus", False))
-        producers_on = bool(getattr(cfg, "exposeProducerLevelMetricsInPrometheus", False))
+        consumers_on = cfg.exposeConsumerLevelMetricsInPrometheus
+        producers_on = cfg.exposeProducerLevelMetricsInPrometheus
         fam = _Families()
         topics_per_ns: dict[str, int] = {}
         for topic in list(self.service.topics.values()):
