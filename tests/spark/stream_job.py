@@ -1,7 +1,7 @@
-"""A streaming copy job, run in its own process by the kill-and-restart test.
+"""A streaming copy job (topic to topic, exactly-once sink), in-process or in its own driver.
 
-``python -m tests.spark.stream_job SERVICE_URL ADMIN_URL IN OUT CHECKPOINT MAX_ROWS``: reads IN
-with the keyshared source and writes it to OUT with the exactly-once sink, until killed.
+``python -m tests.spark.stream_job MASTER SERVICE_URL ADMIN_URL IN OUT CHECKPOINT MAX_ROWS`` runs
+it until killed (the cluster test SIGKILLs it mid-run).
 """
 
 from __future__ import annotations
@@ -10,45 +10,52 @@ import sys
 from typing import Any
 
 
-def start_copy(spark: Any, argv: list[str], *, available_now: bool = False, **extra: str) -> Any:
-    """Start the copy query on ``spark``; returns the StreamingQuery."""
-    service_url, admin_url, source, sink, checkpoint, max_rows = argv
+def start_copy(
+    spark: Any,
+    args: list[str],
+    *,
+    available_now: bool = False,
+    source: dict[str, str] | None = None,
+    sink: dict[str, str] | None = None,
+) -> Any:
+    """Start the copy query; ``args`` = service URL, admin URL, in, out, checkpoint, max rows."""
+    service_url, admin_url, source_topic, sink_topic, checkpoint, max_rows = args
     reader = (
         spark.readStream.format("keyshared")
         .option("service.url", service_url)
         .option("admin.url", admin_url)
-        .option("topic", source)
+        .option("topic", source_topic)
         .option("startingOffsets", "earliest")
         .option("maxRecordsPerBatch", max_rows)
     )
-    for k, v in extra.items():
+    for k, v in (source or {}).items():
         reader = reader.option(k, v)
     writer = (
         reader.load()
         .writeStream.format("keyshared")
         .option("service.url", service_url)
-        .option("topic", sink)
+        .option("topic", sink_topic)
         .option("exactlyOnce", "true")
         .option("producerName", "copy")
-        .option("chunkRows", "60")
+        .option("chunkRows", "40")
         .option("checkpointLocation", checkpoint)
     )
-    writer = (
-        writer.trigger(availableNow=True)
-        if available_now
-        else writer.trigger(processingTime="200 milliseconds")
-    )
-    return writer.start()
+    for k, v in (sink or {}).items():
+        writer = writer.option(k, v)
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime="100 milliseconds").start()
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    """Run the copy on ``argv[0]`` (a Spark master) until killed."""
     from keyshared.spark.session import get_session
 
-    spark = get_session("local[2]", "stream-job", {"spark.sql.shuffle.partitions": "2"})
-    query = start_copy(spark, sys.argv[1:])
+    spark = get_session(argv[0], "stream-job", {"spark.sql.shuffle.partitions": "2"})
+    query = start_copy(spark, argv[1:])
     print("started", flush=True)
     query.awaitTermination()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

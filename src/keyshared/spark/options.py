@@ -197,6 +197,7 @@ class SinkOptions:
     producer_kwargs: dict[str, Any] = field(default_factory=dict)
     fail_after_rows: int | None = None
     fail_marker: str | None = None
+    fail_from_batch: int = 0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -222,4 +223,5 @@ class SinkOptions:
             producer_kwargs=passthrough(opts, "pulsar.producer."),
             fail_after_rows=_int(opts, "testFailAfterRows", None),
             fail_marker=opts.get("testfailmarker") or None,
+            fail_from_batch=_int(opts, "testFailFromBatch", 0) or 0,
         )

@@ -286,9 +286,12 @@ class _TaskWriter:
         self._maybe_fail()
 
     def _maybe_fail(self) -> None:
-        """Test hook: fail once after a partial write (``testFailAfterRows``/``testFailMarker``)."""
+        """Test hook: fail once after a partial write (``testFailAfterRows``, ``testFailMarker``,
+        and for streams ``testFailFromBatch``)."""
         opts = self.opts
         if opts.fail_after_rows is None or opts.fail_marker is None:
+            return
+        if self.batch_id is not None and self.batch_id < opts.fail_from_batch:
             return
         if self.sent >= opts.fail_after_rows and not os.path.exists(opts.fail_marker):
             with open(opts.fail_marker, "w") as f:
