@@ -333,6 +333,7 @@ class Worker:
     ordering bug visible); with ``ack_after`` the loop goes on at once and a timer acks the
     message later (a listener that acks asynchronously). ``hold(msg)`` true keeps a message
     unacked until :meth:`release_held`. ``limit`` stops receiving after that many messages.
+    ``nack()`` true negatively acknowledges the message instead (it comes back later).
     ``blocking`` is for a zero-queue consumer (``receiver_queue_size=0``, Pulsar's nearest to
     ``startPaused``): it receives without a timeout and can only be stopped by closing it.
     Closing records the release of everything held, then closes.
@@ -349,6 +350,7 @@ class Worker:
         hold: Callable[[pulsar.Message], bool] = lambda _m: False,
         limit: int | None = None,
         blocking: bool = False,
+        nack: Callable[[], bool] = lambda: False,
     ) -> None:
         self.consumer = consumer
         self.label = label
@@ -358,6 +360,7 @@ class Worker:
         self.hold = hold
         self.limit = limit
         self.blocking = blocking
+        self.nack = nack
         self.held: list[tuple[pulsar.Message, Delivery]] = []
         self.received = 0
         self.errors: list[BaseException] = []
@@ -405,6 +408,10 @@ class Worker:
             self.errors.append(exc)
 
     def _process(self, msg: pulsar.Message, d: Delivery) -> None:
+        if self.nack():
+            self.recorder.releasing(d)
+            self.consumer.negative_acknowledge(msg)
+            return
         if self.ack_after is not None:
             timer = threading.Timer(self.ack_after(), self._ack, args=(msg, d))
             timer.daemon = True
@@ -479,3 +486,8 @@ def wait_idle(
 def uneven(rng: random.Random, mean_s: float) -> Callable[[], float]:
     """A processing-time distribution: mostly quick, sometimes slow (exponential)."""
     return lambda: rng.expovariate(1.0 / mean_s) if mean_s > 0 else 0.0
+
+
+def chance(rng: random.Random, p: float) -> Callable[[], bool]:
+    """True with probability ``p`` on each call."""
+    return lambda: rng.random() < p
