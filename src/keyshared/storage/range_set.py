@@ -27,6 +27,7 @@ only the ledgers acked since the last persist; blocks read back seed the cache.
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator
 from itertools import accumulate, chain, islice
@@ -42,6 +43,7 @@ from keyshared.storage.cursor_codec import (
 from keyshared.storage.position import Position
 
 _NO_END = 1 << 63
+_SMALL_BYTES = bytes(range(128))
 
 Range = tuple[Position, Position]
 """A closed range ``(first, last)`` of positions in one ledger."""
@@ -372,13 +374,51 @@ class RangeSet:
 def _encode_ledger(b: list[int], k: int) -> bytes:
     """Varints of one ledger's first ``k`` ranges: k, first boundary, then the deltas."""
     stop = 2 * k
+    small = _small_deltas(b, stop)
+    if small is not None:
+        head = bytearray()
+        write_uvarint(head, k)
+        write_uvarint(head, b[0])
+        return bytes(head) + small
     # Consecutive differences, computed in C: b[1]-b[0], b[2]-b[1], ...
     deltas = map(sub, islice(b, 1, stop), islice(b, 0, stop - 1))
     return encode_uvarints(chain((k, b[0]), deltas))
 
 
+def _small_deltas(b: list[int], stop: int) -> bytes | None:
+    """The deltas between ``b[:stop]``'s consecutive boundaries as one byte each (which is
+    their varint form), when every one is below 128; else None.
+
+    Holes and short runs make most deltas small, and this path never creates a Python int
+    per delta: the boundaries are packed as fixed-width fields of one big integer ``A``; then
+    ``(A >> width) - A`` holds ``b[i+1] - b[i]`` in field ``i`` (every such difference is
+    positive, so no borrow crosses a field; only the top field goes negative).
+    """
+    if stop < 64:
+        return None
+    width = 4 if b[stop - 1] < 1 << 31 else 8
+    raw = struct.pack(f"<{stop}{'i' if width == 4 else 'q'}", *islice(b, stop))
+    packed = int.from_bytes(raw, "little")
+    fields = ((packed >> (8 * width)) - packed).to_bytes(width * stop, "little", signed=True)
+    end = width * (stop - 1)
+    low = fields[0:end:width]
+    # Small: every low byte is below 128, and no other byte of the fields is set.
+    set_bytes = end - fields.count(0, 0, end)
+    if low.translate(None, _SMALL_BYTES) or set_bytes != len(low) - low.count(0):
+        return None
+    return low
+
+
 def _decode_ledger(block: bytes) -> list[int]:
     """Inverse of :func:`_encode_ledger` for a whole ledger: the boundary list."""
+    k, off = read_uvarint(block, 0)
+    first, off = read_uvarint(block, off)
+    rest = block[off:]
+    if k >= 1 and len(rest) == 2 * k - 1 and not rest.translate(None, _SMALL_BYTES):
+        # Every delta is one byte: sum them up in C without a varint decoder.
+        if rest.count(0):
+            raise CursorCodecError("range set boundaries not increasing")
+        return list(accumulate(rest, initial=first))
     values = decode_uvarints(block)
     if len(values) < 3 or len(values) != 2 * values[0] + 1:
         raise CursorCodecError("corrupt range set block")
