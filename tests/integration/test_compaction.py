@@ -357,3 +357,32 @@ def test_compacted_view_survives_a_crash(fresh_broker: BrokerProcess) -> None:
         assert drain(reader) == expected_view(items + extra, ids)
     finally:
         client.close()
+
+
+def test_has_message_available_ends_when_the_last_message_was_compacted_out(
+    broker: BrokerProcess, topic: str
+) -> None:
+    """The topic's last message is a tombstone: a compacted reader's ``has_message_available``
+    loop (the table-view pattern) must still end after the last kept message."""
+    client = make_client(broker.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        items = [("a", b"1"), ("b", b"2"), ("a", b"3"), ("b", b"")]
+        ids = [mid(producer.send(v, partition_key=k)) for k, v in items]
+        compact(broker, topic)
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        got = []
+        deadline = time.monotonic() + 10
+        while reader.has_message_available() and time.monotonic() < deadline:
+            m = reader.read_next(2000)
+            got.append((m.partition_key(), m.data(), mid(m.message_id())))
+        assert got == expected_view(items, ids)
+        # A plain reader still sees the tombstone as the topic's last message.
+        plain = client.create_reader(topic, pulsar.MessageId.earliest)
+        n = 0
+        while plain.has_message_available() and n < 10:
+            plain.read_next(2000)
+            n += 1
+        assert n == len(items)
+    finally:
+        client.close()

@@ -143,6 +143,14 @@ class CompactedView:
         records = await self.ledger.read_entries(first, want)
         return [decode_record(r.data) for r in records]
 
+    async def last(self) -> CompactedEntry | None:
+        """The last kept entry, or None when nothing was kept."""
+        await self.ensure_index()
+        if not self._stored:
+            return None
+        record = await self.ledger.read_entry(unpack(self._stored[-1]))
+        return decode_record(record.data) if record is not None else None
+
     async def chunks(self, chunk: int = 1000) -> AsyncIterator[list[CompactedEntry]]:
         """Every kept entry, in order, ``chunk`` at a time (compaction's two passes)."""
         pos = self.ledger.first_position

@@ -39,6 +39,7 @@ from keyshared.broker.compacted_view import (
 )
 from keyshared.broker.compaction_passes import CompactionStats, compact_range
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.protocol.metadata import num_messages, parse_metadata
 from keyshared.storage import batch_ack
 from keyshared.storage.cursor import ManagedCursor, ReadResult
 from keyshared.storage.position import EARLIEST, Position
@@ -356,6 +357,21 @@ class Compactor:
         # Where the next compacted read starts, even where the topic no longer holds data.
         self._resume[consumer] = (cursor.epoch, last.next())
         return self._deliverable(cursor, records, epoch, read_from)
+
+    async def last_message_id(self) -> tuple[Position, int] | None:
+        """For GET_LAST_MESSAGE_ID of a ``read_compacted`` consumer: when nothing follows the
+        horizon, the id of the last message the compacted view holds (the topic's last one may
+        have been compacted out, and a reader would wait for it forever); else None."""
+        view = self.view()
+        if view is None or self.topic.ledger.last_add_confirmed > view.horizon:
+            return None
+        last = await view.last()
+        if last is None:
+            return EARLIEST, -1
+        if last.mask is not None:
+            return last.position, last.mask.bit_length() - 1
+        n = num_messages(parse_metadata(last.data))
+        return last.position, n - 1 if n > 1 else -1
 
     def _at_start(self, cursor: ManagedCursor) -> bool:
         ledger = self.topic.ledger

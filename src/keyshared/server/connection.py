@@ -730,7 +730,10 @@ class ServerConnection(asyncio.Protocol):
     async def _get_last_message_id(self, consumer: Consumer, request_id: int) -> None:
         topic = consumer.subscription.topic
         try:
-            last, batch_index = await topic.last_message_id()
+            compacted = None
+            if consumer.read_compacted:
+                compacted = await topic.compactor.last_message_id()
+            last, batch_index = compacted or await topic.last_message_id()
         except Exception as exc:
             self._error(request_id, ServerError.PersistenceError, f"Read failed: {exc}")
             return
