@@ -301,7 +301,7 @@ def test_row21_no_repeated_read_and_discard(env: KeySharedEnv) -> None:
     got2: list[pulsar.Message] = []
     for _ in range(10):
         for c, got in ((c1, got1), (c2, got2)):
-            msg = receive_none(c, 200)
+            msg = receive_none(c, 100)
             if msg is not None:
                 got.append(msg)
     if got1:
@@ -333,7 +333,7 @@ def test_row22_recently_joined_consumer_does_not_stall_the_others(
     total: set[int] = set()
     for _ in range(10):
         for c, got in zip(cs, lists, strict=True):
-            msg = receive_none(c, 200)
+            msg = receive_none(c, 100)
             if msg is not None:
                 total.add(value(msg))
                 got.append(msg)
