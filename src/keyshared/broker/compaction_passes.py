@@ -15,6 +15,7 @@ that. Nothing read under an old epoch ever reaches the output.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -164,6 +165,8 @@ async def _sequence(
     if previous is not None:
         async for chunk in previous():
             yield [_Item(r.position, r.data, r.checksum, r.mask) for r in chunk]
+            # Reads served from the cache complete without suspending: let the broker breathe.
+            await asyncio.sleep(0)
     cursor.rewind()
     while cursor.read_position <= end:
         result = await cursor.read_entries(read_batch)
@@ -180,6 +183,7 @@ async def _sequence(
             yield items
         if result.entries[-1].position >= end:
             break
+        await asyncio.sleep(0)
 
 
 async def _pass_one(
