@@ -9,7 +9,7 @@ the test can fail.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
@@ -117,7 +117,7 @@ class Timeline:
         self.settle()
         return consumer
 
-    def _on_messages(self, consumer: Consumer, messages: list[OutboundMessage]) -> None:
+    def _on_messages(self, consumer: Consumer, messages: Sequence[OutboundMessage]) -> None:
         for m in messages:
             key = self.topic.entry_meta(m.entry)
             name = KEY_A if key.key_hash == sticky_key_hash(KEY_A.encode()) else KEY_B
