@@ -386,3 +386,45 @@ def test_has_message_available_ends_when_the_last_message_was_compacted_out(
         assert n == len(items)
     finally:
         client.close()
+
+
+def test_deleting_the_compaction_subscription_drops_the_view(
+    broker: BrokerProcess, topic: str
+) -> None:
+    client = make_client(broker.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(6):
+            producer.send(f"v{i}".encode(), partition_key=f"k{i % 2}")
+        compact(broker, topic)
+        sub = admin_path(topic) + "/subscription/__compaction"
+        assert broker.admin("DELETE", sub)[0] == 204
+        status, body = broker.admin("GET", admin_path(topic) + "/compaction")
+        assert (status, body["status"]) == (200, "NOT_RUN")
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert [d for _, d, _ in drain(reader)] == [f"v{i}".encode() for i in range(6)]
+        # Compacting again builds a new view from the whole topic.
+        compact(broker, topic)
+        reader = client.create_reader(topic, pulsar.MessageId.earliest, is_read_compacted=True)
+        assert [d for _, d, _ in drain(reader)] == [b"v4", b"v5"]
+    finally:
+        client.close()
+
+
+def test_failover_consumers_read_the_compacted_view(broker: BrokerProcess, topic: str) -> None:
+    client = make_client(broker.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        items = [(f"k{i % 3}", f"v{i}".encode()) for i in range(12)]
+        ids = [mid(producer.send(v, partition_key=k)) for k, v in items]
+        compact(broker, topic)
+        consumer = client.subscribe(
+            topic,
+            "failover-sub",
+            consumer_type=pulsar.ConsumerType.Failover,
+            initial_position=pulsar.InitialPosition.Earliest,
+            is_read_compacted=True,
+        )
+        assert drain(consumer) == expected_view(items, ids)
+    finally:
+        client.close()
