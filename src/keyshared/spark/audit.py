@@ -315,6 +315,15 @@ def audit(
             out[kind] = [_jsonable(r.asDict(recursive=True)) for r in rows]
         return n
 
+    head = ev.agg(
+        F.max("ts").alias("eol"),
+        F.count_if(F.col("ev") == "recv").alias("recv"),
+        F.count_if(F.col("ev") == "ack").alias("ack"),
+        F.sort_array(F.collect_set("consumer")).alias("consumers"),
+        F.count_if((F.col("ev") == "join") & F.col("ranges").isNotNull()).alias("sticky"),
+    ).first()
+    assert head is not None
+    eol = float(head["eol"]) if head["eol"] is not None else 0.0
     unbounded = Window.unboundedPreceding
     # Order, first deliveries.
     first = recv.groupBy("subscription", "topic", "skey", "mid").agg(
@@ -357,8 +366,6 @@ def audit(
     order = take("order", first_bad.unionByName(cons_bad))
 
     # Holds and overlaps.
-    end_of_log = ev.agg(F.max("ts")).first()
-    eol = float(end_of_log[0]) if end_of_log and end_of_log[0] is not None else 0.0
     leaves = (
         ev.filter(F.col("ev") == "leave")
         .groupBy("subscription", "consumer")
@@ -452,23 +459,24 @@ def audit(
     joins = ev.filter((F.col("ev") == "join") & F.col("ranges").isNotNull()).select(
         "subscription", "consumer", "ranges"
     )
-    if joins.limit(1).count():
+    if head["sticky"]:
         slot = F.udf(lambda k: range_slot(k.encode()), IntegerType(), useArrow=False)
-        checked = recv.join(joins, ["subscription", "consumer"]).withColumn("slot", slot("skey"))
+        checked = (
+            recv.drop("ranges")
+            .join(joins, ["subscription", "consumer"])
+            .withColumn("slot", slot("skey"))
+        )
         bad = checked.filter(
             ~F.exists("ranges", lambda rg: (F.col("slot") >= rg[0]) & (F.col("slot") <= rg[1]))
         ).select("consumer", F.col("skey").alias("key"), "slot", "ranges")
         sticky = take("sticky", bad)
 
-    counts = ev.groupBy("ev").count().collect()
-    by_ev = {row["ev"]: int(row["count"]) for row in counts}
-    consumers = sorted(r["consumer"] for r in ev.select("consumer").distinct().collect())
     ev.unpersist()
     return AuditReport(
         subscription=subscription,
-        consumers=consumers,
-        received=by_ev.get("recv", 0),
-        acked=by_ev.get("ack", 0),
+        consumers=list(head["consumers"]),
+        received=int(head["recv"]),
+        acked=int(head["ack"]),
         topic_messages=topic_messages,
         order_violations=order,
         overlaps=overlaps,
