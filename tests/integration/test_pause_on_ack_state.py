@@ -122,3 +122,25 @@ def test_turning_it_off_resumes(paused_broker: BrokerProcess, topic: str) -> Non
     assert status == 204
     assert consumer.receive(timeout_millis=5000).data() == b"new"
     client.close()
+
+
+def test_rejoining_after_everyone_left_fills_the_holes(
+    paused_broker: BrokerProcess, topic: str
+) -> None:
+    """Beyond Pulsar: with the pause on, a subscription whose consumers all left with too many
+    holes is not stuck: a new consumer re-reads the holes (which only shrinks the ack state)."""
+    paused_broker.admin(
+        "POST", "/admin/v2/namespaces/public/default/dispatcherPauseOnAckStatePersistent"
+    )
+    client = make_client(paused_broker.service_url)
+    first, unacked = make_holes(client, topic, "s", 100)
+    time.sleep(0.5)
+    first.close()
+    again = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+    msgs = [again.receive(timeout_millis=5000) for _ in unacked]
+    assert sorted(int(m.data()) for m in msgs) == sorted(int(m.data()) for m in unacked)
+    for m in msgs:
+        again.acknowledge(m)
+    client.create_producer(topic, batching_enabled=False).send(b"new")
+    assert again.receive(timeout_millis=5000).data() == b"new"
+    client.close()

@@ -278,8 +278,17 @@ class Subscription:
         ):
             self.blocked_on_ack_state = False
             return False
-        self.blocked_on_ack_state = not self.cursor.is_ack_state_fully_persistable()
-        return self.blocked_on_ack_state
+        cursor = self.cursor
+        paused = not cursor.is_ack_state_fully_persistable()
+        if paused:
+            # Beyond Pulsar: reading back inside the acked ranges (after every consumer left
+            # and the cursor rewound) can only fill holes, which shrinks the ack state; pausing
+            # there would stall the subscription until an operator stepped in.
+            last = cursor.individually_deleted.last_range()
+            if last is not None and cursor.read_position <= last[1]:
+                paused = False
+        self.blocked_on_ack_state = paused
+        return paused
 
     # --- stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

@@ -204,11 +204,16 @@ def stuck_state(env: KeySharedEnv, rec: ConsumptionRecorder) -> str:
     )
 
 
-@pytest.mark.parametrize("batch", [False, True], ids=["nobatch", "keybatch"])
-def test_churn_hot_keys_keep_order_and_one_owner(env379: KeySharedEnv, batch: bool) -> None:
-    """On PIP-379. The classic variant is left out for now: the classic dispatcher can stall
-    here with its whole backlog in the replay queue behind a parked normal read."""
-    run_churn(env379, batch=batch, seed=1 if batch else 2, backlog=1500, live=800)
+def test_churn_hot_keys_keep_order_and_one_owner(env: KeySharedEnv) -> None:
+    """On both dispatchers, unbatched."""
+    run_churn(env, batch=False, seed=2, backlog=1500, live=800)
+
+
+def test_churn_hot_keys_with_key_based_batches(env379: KeySharedEnv) -> None:
+    """Key-based batches, on PIP-379. The classic dispatcher is left out: about one run in ten
+    there delivers a key out of order (an entry never delivered before arrives after a newer
+    one of its key), an open bug of the classic dispatcher."""
+    run_churn(env379, batch=True, seed=1, backlog=1500, live=800)
 
 
 def test_churn_with_negative_acks_keeps_one_owner(env379: KeySharedEnv) -> None:

@@ -366,12 +366,11 @@ def test_row22_recently_joined_consumer_does_not_stall_the_others(
 
 
 # --- beyond the rows ---------------------------------------------------------------------------
-def test_one_hot_key_drains_while_another_consumer_idles(env379: KeySharedEnv) -> None:
+def test_one_hot_key_drains_while_another_consumer_idles(env: KeySharedEnv) -> None:
     """A backlog of one key for a consumer with a small queue, and an idle second consumer
     whose permits let the dispatcher read ahead: the whole backlog must still reach the first
-    consumer. (The classic variant is left out for now: the classic dispatcher stalls here
-    with the backlog in its replay queue.)"""
-    env = env379
+    consumer, on both dispatchers (the classic one used to stall here with the backlog in its
+    replay queue)."""
     c1 = env.consumer("c1", queue=10)
     env.consumer("c2", queue=10)
     ranges = env.ranges()

@@ -188,7 +188,10 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             if chosen:
                 out.append((c, chosen))
                 self._mark_sent(chosen)
-        if not out and not self.recently_joined:
+        if not out and not self.recently_joined and read_type == REPLAY:
+            # Pulsar sets this after any empty round; after a normal read whose entries were
+            # all held behind queued ones of their key, that skipped the very replay that
+            # would free them, round after round, until the whole backlog sat in the queue.
             self._stuck_on_replays = True
         return out
 
