@@ -63,7 +63,9 @@ class Timeline:
     """A Key_Shared subscription on an in-memory ledger, driven step by step."""
 
     def __init__(self, join_position: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        # A plain selector loop, whatever event-loop policy another test installed: the
+        # timelines depend on the order in which callbacks run.
+        self.loop = asyncio.SelectorEventLoop()
         asyncio.set_event_loop(self.loop)
         config = BrokerConfig()
         config.subscriptionKeySharedUseClassicPersistentImplementation = True

@@ -551,6 +551,11 @@ class ManagedCursor:
             )
         if pos > self._read_position:
             self._read_position = pos
+        # Entries kept after an earlier await may have been acked during a later one.
+        mdp = self._mdp
+        acked = self._acked
+        if out and (out[0].position <= mdp or acked):
+            out = [e for e in out if e.position > mdp and e.position not in acked]
         return ReadResult(out, op.epoch)
 
     def _before_end(self, pos: Position) -> bool:
