@@ -31,8 +31,11 @@ deps-browser:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "deps-browser: could not install chromium; the dashboard test needs it"
 
+# Two workers: the integration tests mostly wait on brokers and clients, so they overlap well
+# with the CPU-bound simulation and property tests on a 2-core machine. Spark tests share one
+# worker (one SparkSession, one JVM).
 test: $(STAMP) check deps-browser
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 proto: $(STAMP)
 	$(PY) -m keyshared.protocol.regen
