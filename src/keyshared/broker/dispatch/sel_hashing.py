@@ -1,48 +1,38 @@
-"""Sticky-key hashing for the Key_Shared selectors: Pulsar's Murmur3 hash and its slot formulas.
+"""Sticky-key hashing for the Key_Shared selectors, in the names the selectors use.
 
-A private copy of what ``keyshared.protocol.hashing`` provides, kept here so the selectors do not
-depend on a module still being written; the two must stay identical (the unit tests pin both to
-the same vectors).
+One implementation serves the whole broker: this module only names, for the selectors, what
+``keyshared.protocol.hashing`` computes (Pulsar's Murmur3 hash and its slot formulas).
 """
 
 from __future__ import annotations
 
-import mmh3
+from keyshared.protocol.hashing import (
+    DEFAULT_RANGE_SIZE,
+    STICKY_KEY_HASH_NOT_SET,
+    slot_of_hash,
+)
+from keyshared.protocol.hashing import consistent_slot as consistent_hashing_slot
+from keyshared.protocol.hashing import sticky_key_hash as pulsar_hash
 
-_murmur3 = mmh3.hash  # bound once: this runs for every dispatched entry
-
-STICKY_KEY_HASH_NOT_SET = 0
-"""Pulsar reserves sticky hash 0 for "not computed"; no slot formula ever yields it."""
-
-DEFAULT_RANGE_SIZE = 65536
-"""Pulsar's ``StickyKeyConsumerSelector.DEFAULT_RANGE_SIZE`` (``2 << 15``)."""
+__all__ = [
+    "CONSISTENT_HASHING_RANGE_END",
+    "DEFAULT_RANGE_SIZE",
+    "STICKY_KEY_HASH_NOT_SET",
+    "consistent_hashing_slot",
+    "hash_range_slot",
+    "make_sticky_key_hash",
+    "pulsar_hash",
+]
 
 CONSISTENT_HASHING_RANGE_END = DEFAULT_RANGE_SIZE - 1
 """The consistent-hashing ring covers slots ``[1, 65535]`` (PIP-379)."""
 
 
-def pulsar_hash(key: bytes) -> int:
-    """Pulsar's ``Murmur3_32Hash.makeHash``: MurmurHash3 x86_32, seed 0, masked to 31 bits."""
-    value: int = _murmur3(key, 0, False)
-    return value & 0x7FFFFFFF
-
-
 def make_sticky_key_hash(key: bytes, range_start: int, range_end: int) -> int:
-    """Pulsar's ``StickyKeyConsumerSelectorUtils.makeStickyKeyHash`` over ``[start, end]``.
-
-    The result is never 0: 0 means "not set" to the dispatcher, so it is folded onto 1.
-    """
-    value = pulsar_hash(key) % (range_end - range_start + 1) + range_start
-    return 1 if value == STICKY_KEY_HASH_NOT_SET else value
-
-
-def consistent_hashing_slot(key: bytes) -> int:
-    """Slot used by the consistent-hashing selector: ``pulsar_hash % 65535 + 1`` (1..65535)."""
-    value: int = _murmur3(key, 0, False)
-    return (value & 0x7FFFFFFF) % CONSISTENT_HASHING_RANGE_END + 1
+    """Pulsar's ``StickyKeyConsumerSelectorUtils.makeStickyKeyHash`` over ``[start, end]``."""
+    return slot_of_hash(pulsar_hash(key), range_start, range_end)
 
 
 def hash_range_slot(key: bytes, range_size: int = DEFAULT_RANGE_SIZE) -> int:
-    """Slot used by the auto-split and sticky selectors: ``pulsar_hash % 65536``, 0 folded to 1."""
-    value: int = (_murmur3(key, 0, False) & 0x7FFFFFFF) % range_size
-    return value or 1
+    """Slot used by the auto-split and sticky selectors: ``pulsar_hash % range_size``, 0 -> 1."""
+    return pulsar_hash(key) % range_size or 1
