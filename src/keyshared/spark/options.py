@@ -4,7 +4,8 @@ Reading (research/spark.md §5.2): ``service.url``, ``admin.url``, ``topic`` / `
 ``topicsPattern``, ``startingOffsets``, ``endingOffsets``, ``subscription``,
 ``maxRecordsPerBatch`` (alias ``maxOffsetsPerTrigger``), ``failOnDataLoss``, ``pollTimeoutMs``,
 ``minPartitions``, ``readCompacted``, ``predefinedSubscription``, ``subscriptionPrefix``,
-``arrowBatchRows``, ``pulsar.client.*`` and ``pulsar.reader.*``.
+``arrowBatchRows``, ``reader`` (``auto``/``native``/``client``), ``pulsar.client.*`` and
+``pulsar.reader.*``.
 
 Writing: ``service.url``, ``topic`` (else each row's ``__topic``), ``exactlyOnce``,
 ``producerName``, ``chunkRows``, ``pulsar.client.*`` and ``pulsar.producer.*``.
@@ -70,6 +71,13 @@ def _int(opts: Mapping[str, str], key: str, default: int | None) -> int | None:
         raise OptionError(f"option {key} must be an integer, not {raw!r}") from None
 
 
+def _choice(opts: Mapping[str, str], key: str, choices: tuple[str, ...]) -> str:
+    raw = (opts.get(key.lower()) or choices[0]).strip().lower()
+    if raw not in choices:
+        raise OptionError(f"option {key} must be one of {', '.join(choices)}, not {raw!r}")
+    return raw
+
+
 def _value(raw: str) -> Any:
     low = raw.lower()
     if low in ("true", "false"):
@@ -124,6 +132,7 @@ class SourceOptions:
     predefined_subscription: str | None
     subscription_prefix: str | None
     arrow_batch_rows: int
+    reader: str = "auto"
     client_kwargs: dict[str, Any] = field(default_factory=dict)
     reader_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -179,6 +188,7 @@ class SourceOptions:
             predefined_subscription=opts.get("predefinedsubscription") or None,
             subscription_prefix=opts.get("subscriptionprefix") or None,
             arrow_batch_rows=_int(opts, "arrowBatchRows", 8192) or 8192,
+            reader=_choice(opts, "reader", ("auto", "native", "client")),
             client_kwargs=passthrough(opts, "pulsar.client."),
             reader_kwargs=passthrough(opts, "pulsar.reader."),
         )

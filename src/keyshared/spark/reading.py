@@ -88,6 +88,14 @@ def read_range(part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordB
     start, end = part.start, part.end
     if end <= start:
         return
+    from keyshared.spark import native
+
+    if opts.reader == "native" or (
+        opts.reader == "auto"
+        and native.usable(opts.service_url, opts.client_kwargs, opts.read_compacted)
+    ):
+        yield from _read_native(part, opts)
+        return
     client = shared_client(opts.service_url, opts.client_kwargs)
     reader_kwargs = dict(opts.reader_kwargs)
     reader_kwargs.setdefault("receiver_queue_size", 2000)
@@ -102,6 +110,40 @@ def read_range(part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordB
         yield from _read(reader, part, opts)
     finally:
         reader.close()
+
+
+def _read_native(part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    from keyshared.spark.native import read_native
+
+    def on_first(pos: Pos) -> None:
+        if part.expect_first is not None and pos > part.expect_first:
+            _lost(
+                opts,
+                f"{part!r}: entries {format_pos(part.expect_first)}..before {format_pos(pos)} "
+                "were deleted (retention) after the range was planned",
+            )
+
+    def on_timeout(last: Pos) -> None:
+        _lost(
+            opts,
+            f"{part!r}: no entry after {format_pos(last)} within pollTimeoutMs="
+            f"{opts.poll_timeout_ms}; the range's entries are gone (retention, deleted topic) "
+            "or the broker is down",
+        )
+
+    yield from read_native(
+        opts.service_url,
+        part.topic,
+        part.partition,
+        part.start,
+        part.end,
+        acked=AckedRanges(part.acked),
+        builder=BatchBuilder(part.topic, part.partition),
+        rows_per_batch=opts.arrow_batch_rows,
+        poll_timeout_ms=opts.poll_timeout_ms,
+        on_first=on_first,
+        on_timeout=on_timeout,
+    )
 
 
 def _read(reader: Any, part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
