@@ -99,9 +99,14 @@ class SingleActiveDispatcher(Dispatcher):
             read = self.subscription.topic.compactor.read_entries_or_wait(self.cursor, n, active)
         else:
             read = self.cursor.read_entries_or_wait(n)
-        on_done(read, lambda fut: self._read_complete(fut, active, n))
+        gen = self.read_generation
+        on_done(read, lambda fut: self._read_complete(fut, active, n, gen))
 
-    def _read_complete(self, fut: Any, reader_for: Consumer, asked: int) -> None:
+    def _read_complete(self, fut: Any, reader_for: Consumer, asked: int, gen: int) -> None:
+        if gen != self.read_generation:
+            # A read forgotten by a rewind or an active-consumer change: its completion must
+            # not clear the flag of the read that replaced it.
+            return
         self.have_pending_read = False
         if fut.cancelled() or self.closed:
             return
