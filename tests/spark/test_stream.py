@@ -31,7 +31,14 @@ def read_topic(spark: Any, broker: BrokerProcess, topic: str) -> list[Any]:
 def check_exact_copy(rows: list[Any], sent: list[tuple[str, bytes]]) -> None:
     """Output = input: no duplicate, no gap, each key's messages in order in its partition."""
     got = [r["value"] for r in rows]
-    assert len(got) == len(set(got)), f"{len(got) - len(set(got))} duplicates"
+    if len(got) != len(set(got)):
+        seen: dict[bytes, list[Any]] = defaultdict(list)
+        for r in rows:
+            seen[r["value"]].append(
+                (r["__partition"], r["__ledgerId"], r["__entryId"], r["__batchIndex"])
+            )
+        dups = {v: p for v, p in seen.items() if len(p) > 1}
+        raise AssertionError(f"{len(got) - len(set(got))} duplicates: {dups}")
     assert sorted(got) == sorted(v for _, v in sent), "lost or foreign rows"
     last: dict[str, int] = defaultdict(int)
     order = ("__partition", "__ledgerId", "__entryId", "__batchIndex")

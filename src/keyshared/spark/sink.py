@@ -4,22 +4,29 @@ Input columns: ``value`` (binary or string, required); optional ``__key``, ``__o
 ``__eventTime``, ``__messageProperties``; ``__topic`` names each row's destination unless the
 ``topic`` option does.
 
-Each task opens its own producers (one per destination partition and *lane*), with key-based
-batching so a batch entry holds one key and Key_Shared routing stays correct. Rows are sent in
-chunks of ``chunkRows``: a chunk is stably sorted by key, sent, and flushed before the next one.
-Per-key order is kept (order across keys inside a chunk is not), and the sequence ids inside one
-producer rise from batch entry to batch entry, which broker deduplication requires.
+Each task opens its own producers (one per destination partition and *lane*).
 
-Exactly-once (``exactlyOnce=true``, ``producerName=NAME``, broker with deduplication on):
+At-least-once (the default): key-based batching, so a batch entry holds one key and Key_Shared
+routing stays correct. Rows are sent in chunks of ``chunkRows``: a chunk is stably sorted by
+key, sent, and flushed before the next one. Per-key order is kept (order across keys inside a
+chunk is not), and the client's sequence ids rise from batch entry to batch entry, which a broker
+with deduplication on requires (with interleaved keys, key-based batches would carry overlapping
+sequence-id ranges and the later one would be dropped as a duplicate).
+
+Exactly-once (``exactlyOnce=true``, ``producerName=NAME``, broker with deduplication on): every
+row carries a sequence id derived from the data alone, never from chunking or sorting, so any
+replay computes the same ids:
 
 * *position mode*, when the rows carry the source position (``__topic``, ``__ledgerId``,
   ``__entryId``, ``__batchIndex``, i.e. a topic read without a shuffle) and the ``topic`` option
   names the destination: one producer per source partition named ``NAME-<source partition>``,
-  sequence id of a chunk's rows = ``encode(first row's position) + rank``;
+  sequence id = :func:`position_sequence_id` of the row's source position;
 * *batch mode*, otherwise, for streaming writes: producer ``NAME-p<Spark partition>``, sequence
   id = ``batchId << 31 | row index`` (needs a deterministic row order within a replayed batch).
 
-A producer learns the last sequence id the broker persisted for its name
+Rows go out in their input order, one message per entry (batching off: a batch entry's single
+sequence range could straddle what the broker already has), so order is kept in full. A producer
+learns the last sequence id the broker persisted for its name
 (``Producer.last_sequence_id()``) and skips rows at or below it, so a task retried or a
 micro-batch replayed after a failure re-sends only what is missing; the broker drops any
 duplicate that still gets through (a zombie attempt).
@@ -242,6 +249,9 @@ class _TaskWriter:
             "max_pending_messages": 5000,
         }
         kw.update(self.opts.producer_kwargs)
+        if self.mode != "none":
+            kw["batching_enabled"] = False
+            kw.pop("batching_type", None)
         if lane.producer_name is not None:
             kw["producer_name"] = lane.producer_name
         producer = self.client.create_producer(lane.topic, **kw)
@@ -253,18 +263,17 @@ class _TaskWriter:
         producer = lane.producer or self._open(lane)
         rows = lane.rows
         lane.rows = []
-        rows.sort(key=_sort_key)
-        base: int = min(r[5] for r in rows) if rows else 0
-        if self.mode == "batch":
-            assert self.batch_id is not None
-            base = (self.batch_id << 31) | base
+        exact = self.mode != "none"
+        if not exact:
+            rows.sort(key=_sort_key)
+        high = self.batch_id << 31 if self.mode == "batch" and self.batch_id is not None else 0
         send = producer.send_async
         callback = self.failures.callback
         persisted = lane.persisted
-        for rank, (key, okey, value, event, props, _tag) in enumerate(rows):
+        for key, okey, value, event, props, tag in rows:
             kw: dict[str, Any] = {}
-            if self.mode != "none":
-                seq = base + rank
+            if exact:
+                seq = high | tag
                 if seq <= persisted:
                     self.skipped += 1
                     continue
