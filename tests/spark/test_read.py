@@ -119,6 +119,17 @@ def test_batch_read_partitioned_topic(
         subs = broker.admin("GET", admin_path(topic) + f"-partition-{i}/subscriptions")[1]
         assert subs == [], subs
 
+    # A pattern over the namespace finds the partitioned topic (and nothing else).
+    local = topic.rsplit("/", 1)[1]
+    by_pattern = (
+        spark.read.format("keyshared")
+        .option("service.url", broker.service_url)
+        .option("admin.url", broker.web_url)
+        .option("topicsPattern", f"persistent://public/default/{local[:-2]}.*")
+        .load()
+    )
+    assert by_pattern.rdd.getNumPartitions() == 2 and by_pattern.count() == total
+
     # Explicit registration works too.
     register(spark)
     k3 = _reader(spark, broker, topic).load().filter("__key = 'k3'").count()
