@@ -32,6 +32,14 @@ BROKER_CONF = {
 }
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spark tests get 5 minutes each (the first one also starts the JVM)."""
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.timeout(300))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one SparkSession of the test run (``local[2]``)."""
