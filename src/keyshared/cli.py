@@ -45,6 +45,7 @@ commands:
   client       produce and consume messages (like `pulsar-client`)
   perf         load generator: produce | consume with live rate and latency (like `pulsar-perf`)
   tokens       create keys and tokens for token authentication (like `pulsar tokens`)
+  spark        Spark jobs on topics: audit | backlog | compact
   --version    print the version
 """
 
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         from keyshared.perf import main as perf_main
 
         return perf_main(args[1:])
+    if args[0] == "spark":
+        from keyshared.spark.cli import main as spark_main
+
+        return spark_main(args[1:])
     if args[0] == "tokens":
         from keyshared.tokens import main as tokens_main
 
