@@ -70,6 +70,15 @@ def parse_seconds(text: str) -> int:
     return value * _TIME_UNITS[m.group(2).lower()]
 
 
+def retention_policies(size: str, time: str) -> dict[str, int]:
+    """The ``RetentionPolicies`` body for pulsar-admin's ``--size`` and ``--time``."""
+    seconds = parse_seconds(time)
+    return {
+        "retentionTimeInMinutes": -1 if seconds == -1 else seconds // 60,
+        "retentionSizeInMB": parse_size_mb(size),
+    }
+
+
 def parse_reset_time(text: str, now_ms: int | None = None) -> int:
     """The timestamp (ms) ``reset-cursor -t`` means: a relative time back from now (``10m``),
     or an absolute ISO-8601 date-time."""

@@ -7,9 +7,9 @@ import typer
 from keyshared.admin_cli.args import (
     namespace_path,
     parse_seconds,
-    parse_size_mb,
     print_json,
     print_lines,
+    retention_policies,
     seg,
 )
 from keyshared.admin_cli.http import AdminHttp
@@ -88,12 +88,7 @@ def set_retention(
 ) -> None:
     """Set the retention policy of the namespace."""
     http: AdminHttp = ctx.obj
-    seconds = parse_seconds(time)
-    body = {
-        "retentionTimeInMinutes": -1 if seconds == -1 else seconds // 60,
-        "retentionSizeInMB": parse_size_mb(size),
-    }
-    http.call("POST", namespace_path(namespace, "retention"), body)
+    http.call("POST", namespace_path(namespace, "retention"), retention_policies(size, time))
 
 
 @app.command("get-retention")

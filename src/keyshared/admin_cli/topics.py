@@ -9,9 +9,9 @@ from keyshared.admin_cli.args import (
     parse_message_id,
     parse_reset_time,
     parse_seconds,
-    parse_size_mb,
     print_json,
     print_lines,
+    retention_policies,
     seg,
     topic_path,
 )
@@ -327,12 +327,7 @@ def set_retention(
 ) -> None:
     """Set the retention policy of a topic."""
     http: AdminHttp = ctx.obj
-    seconds = parse_seconds(time)
-    body = {
-        "retentionTimeInMinutes": -1 if seconds == -1 else seconds // 60,
-        "retentionSizeInMB": parse_size_mb(size),
-    }
-    http.call("POST", topic_path(topic, "retention"), body)
+    http.call("POST", topic_path(topic, "retention"), retention_policies(size, time))
 
 
 @app.command("get-retention")
