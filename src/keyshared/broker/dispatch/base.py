@@ -173,6 +173,28 @@ class Dispatcher:
         if not self.closed:
             self.read_more_now()
 
+    def read_outcome(self, fut: Any, gen: int, *, replay: bool) -> Any | None:
+        """The result of a finished read, or None when the dispatcher must ignore it.
+
+        Ignored: a read of an older generation (its completion must not clear the flag of the
+        read that replaced it), a cancelled read, a closed dispatcher, and a failed read (logged,
+        then retried after the backoff).
+        """
+        if gen != self.read_generation:
+            return None
+        if replay:
+            self.have_pending_replay_read = False
+        else:
+            self.have_pending_read = False
+        if fut.cancelled() or self.closed:
+            return None
+        exc = fut.exception()
+        if exc is not None:
+            self.subscription.topic.log_read_error(exc)
+            self.read_more_with_backoff()
+            return None
+        return fut.result()
+
     def forget_reads(self) -> None:
         """Drop every read in flight: its completion will be ignored."""
         self.cursor.cancel_pending_read()

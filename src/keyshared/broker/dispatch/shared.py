@@ -299,17 +299,9 @@ class SharedDispatcher(Dispatcher):
         on_done(self.cursor.read_entries_or_wait(n), lambda fut: self._read_complete(fut, n, gen))
 
     def _replay_complete(self, fut: Any, positions: list[Position], gen: int) -> None:
-        if gen != self.read_generation:
+        entries: list[Entry] | None = self.read_outcome(fut, gen, replay=True)
+        if entries is None:
             return
-        self.have_pending_replay_read = False
-        if fut.cancelled() or self.closed:
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self.subscription.topic.log_read_error(exc)
-            self.read_more_with_backoff()
-            return
-        entries: list[Entry] = fut.result()
         returned = {e.position for e in entries}
         for pos in positions:
             if pos not in returned:
@@ -318,17 +310,9 @@ class SharedDispatcher(Dispatcher):
         self.dispatch(entries, REPLAY)
 
     def _read_complete(self, fut: Any, asked: int, gen: int) -> None:
-        if gen != self.read_generation:
+        result = self.read_outcome(fut, gen, replay=False)
+        if result is None:
             return
-        self.have_pending_read = False
-        if fut.cancelled() or self.closed:
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self.subscription.topic.log_read_error(exc)
-            self.read_more_with_backoff()
-            return
-        result = fut.result()
         if result.stale:
             self.read_more()
             return

@@ -103,19 +103,10 @@ class SingleActiveDispatcher(Dispatcher):
         on_done(read, lambda fut: self._read_complete(fut, active, n, gen))
 
     def _read_complete(self, fut: Any, reader_for: Consumer, asked: int, gen: int) -> None:
-        if gen != self.read_generation:
-            # A read forgotten by a rewind or an active-consumer change: its completion must
-            # not clear the flag of the read that replaced it.
+        # A read forgotten by a rewind or an active-consumer change is ignored here.
+        result = self.read_outcome(fut, gen, replay=False)
+        if result is None:
             return
-        self.have_pending_read = False
-        if fut.cancelled() or self.closed:
-            return
-        exc = fut.exception()
-        if exc is not None:
-            self.subscription.topic.log_read_error(exc)
-            self.read_more_with_backoff()
-            return
-        result = fut.result()
         if result.stale or not result.entries:
             # Stale: the cursor moved (rewind, seek) while the read was in flight; read again.
             self.read_more()
