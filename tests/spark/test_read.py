@@ -40,7 +40,10 @@ def test_batch_read_partitioned_topic(
     topic = new_topic("read")
     assert broker.admin("PUT", admin_path(topic) + "/partitions", 2)[0] == 204
     sent = produce(client, topic, 900, props=True)
-    produce(client, topic, 60, batching=False, prefix="p")  # one message per entry too
+    for part, prefix in enumerate("pq"):
+        # One message per entry, straight to each partition: 45 entries > 40 a ledger, so
+        # every partition rolls over whatever the batching above came to.
+        produce(client, f"{topic}-partition-{part}", 45, batching=False, prefix=prefix)
     zlib = client.create_producer(
         topic,
         compression_type=pulsar.CompressionType.ZLib,
@@ -51,7 +54,7 @@ def test_batch_read_partitioned_topic(
         zlib.send_async(f"z{i % 2}:{i // 2 + 1}".encode(), None, partition_key=f"z{i % 2}")
     zlib.flush()
     zlib.close()
-    total = 1000
+    total = 1030
 
     # The format is found with no register() call (pyspark_keyshared.DefaultSource).
     df = _reader(spark, broker, topic).load()
@@ -65,7 +68,7 @@ def test_batch_read_partitioned_topic(
     rows = [r for p in parts for r in p]
     batched = sorted(r["value"] for r in rows if r["__batchIndex"] >= 0 and r["__key"][0] == "k")
     assert batched == sorted(v for _, v in sent)
-    assert len({(r["__topic"], r["__ledgerId"]) for r in rows}) >= 3, "reads cross ledgers"
+    assert len({(r["__topic"], r["__ledgerId"]) for r in rows}) >= 4, "reads cross ledgers"
     by_value = {r["value"]: r for r in rows}
     first = by_value[sent[0][1]]
     assert first["__messageProperties"] == {"i": "0"}
@@ -84,7 +87,7 @@ def test_batch_read_partitioned_topic(
     )
     assert sorted(map(tuple, rows)) == sorted(map(tuple, (r for p in client_parts for r in p)))
     plain = [r for r in rows if r["__batchIndex"] < 0]
-    assert len(plain) == 60 and all(r["__eventTime"] is None for r in plain)
+    assert len(plain) == 90 and all(r["__eventTime"] is None for r in plain)
 
     # An offsets range: after a position, up to another (both per partition, inclusive end).
     p0 = sorted(
