@@ -216,3 +216,30 @@ def test_classic_stats_show_join_positions() -> None:
         assert cs["lastSentPositionWhenJoining"] == "1:0"
     finally:
         t.close()
+
+
+def test_join_waits_for_entries_sent_beyond_the_last_sent_position() -> None:
+    """Beyond the seed: the mark-delete position reaches the join position while c1 still holds
+    an individually sent entry of key-a, which c3 takes over. The seed's rule frees c3 at once,
+    so it gets key-a's next entry first and c1's one after c1 leaves; c3 must wait instead."""
+    t = Timeline("last_sent")
+    try:
+        t.join("c1", 1000)
+        t.join("c2", 1)
+        b0 = t.publish(KEY_B)  # -> c2, now out of permits
+        t.publish(KEY_B)  # queued for replay: the last sent position stays at b0
+        a0 = t.publish(KEY_A)  # -> c1, sent beyond the last sent position
+        t.ack_all("c2")  # mark-delete position = b0 = last sent position
+        d = t.sub.dispatcher
+        assert isinstance(d, ClassicKeySharedDispatcher)
+        assert t.sub.cursor.mark_delete_position == b0 and d.last_sent == b0
+        t.join("c3", 1000)  # key-a moves to c3
+        a1 = t.publish(KEY_A)
+        assert t.positions_of("c3", KEY_A) == [], "c1 still holds an older entry of key-a"
+        assert d.stats()["consumersAfterMarkDeletePosition"], "c3 is still recently joined"
+        t.leave("c1")
+        assert t.positions_of("c3", KEY_A) == [a0, a1]
+        t.ack_all("c3")
+        assert not d.stats()["consumersAfterMarkDeletePosition"]
+    finally:
+        t.close()

@@ -6,7 +6,16 @@ join position until the mark-delete position passes that position.
 
 The join position is the *last sent position* of seed pip-282 (PIP-282): every entry at or
 before it has already been scheduled to be sent, tracked as a position plus the ranges sent
-beyond it. Pulsar 4.x's classic dispatcher uses the cursor's *read position* instead, which is
+beyond it.
+
+Beyond the seed (and Pulsar): a recently joined consumer stays restricted until, besides the
+mark-delete position passing its join position, every entry of the hashes it took over that was
+sent *beyond* that position before it joined has left its holder (acked, or handed back for
+redelivery). The seed's rule alone frees the new consumer as soon as the mark-delete position
+reaches the last sent position while an older consumer may still hold an individually sent entry
+of a key the new one took over; the new consumer then receives newer entries of that key before
+the older one is processed (seen with key-based batches under churn). Entries of other hashes do
+not hold it back, so an unrelated slow consumer cannot stall it. Pulsar 4.x's classic dispatcher uses the cursor's *read position* instead, which is
 wrong in the two timelines of that seed (entries read but not yet dispatched, and entries
 queued for replay without any consumer action). ``join_position="read"`` keeps that older rule
 so tests can show the difference; it is not meant for use.
@@ -14,6 +23,7 @@ so tests can show the difference; it is not meant for use.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from keyshared.broker.consumer import Consumer
@@ -46,6 +56,9 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         self.join_position = join_position
         self.recently_joined: dict[Consumer, Position] | None = None if allow_out_of_order else {}
         self.joined_at: dict[Consumer, Position] = {}
+        # Per recently joined consumer: the entries beyond its join position, of the hashes it
+        # took over, that other consumers held when it joined, with their holder, in order.
+        self.held_at_join: dict[Consumer, deque[tuple[Position, Consumer]]] = {}
         self.last_sent: Position | None = None
         self.individually_sent = RangeSet()
         self._stuck_on_replays = False
@@ -104,15 +117,26 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             and self.cursor.number_of_entries_since_first_not_acked > 1
         ):
             self.recently_joined[consumer] = joined
+            select = self.selector.select
+            held = sorted(
+                (pos, other)
+                for other in self.consumers
+                if other is not consumer and other.pending_acks
+                for pos, pa in other.pending_acks.items()
+                if pos > joined and select(pa.key_hash) is consumer
+            )
+            self.held_at_join[consumer] = deque(held)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach ``consumer``; the last one leaving forgets what was sent."""
         super().remove_consumer(consumer)
         self.joined_at.pop(consumer, None)
+        self.held_at_join.pop(consumer, None)
         if self.recently_joined is not None:
             self.recently_joined.pop(consumer, None)
             if len(self.consumers) <= 1:
                 self.recently_joined.clear()
+                self.held_at_join.clear()
         if not self.consumers:
             self.last_sent = None
             self.individually_sent.clear()
@@ -138,10 +162,29 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         pruned = False
         for c, pos in list(joined.items()):
             if pos > mdp:
-                break
+                break  # join positions grow with later joins
+            if self._still_held(c):
+                continue  # its own hashes only: a later consumer may be free already
             del joined[c]
+            self.held_at_join.pop(c, None)
             pruned = True
         return pruned
+
+    def _still_held(self, consumer: Consumer) -> bool:
+        """Whether an entry sent beyond ``consumer``'s join position is still held by another.
+
+        Entries leave the front once acked or handed back; one still held stops the walk, so
+        each entry is looked at once after it leaves: O(1) amortized per check."""
+        held = self.held_at_join.get(consumer)
+        if not held:
+            return False
+        while held:
+            pos, holder = held[0]
+            pending = holder.pending_acks
+            if pending is not None and pos in pending and holder in self.consumers:
+                return True
+            held.popleft()
+        return False
 
     # --- reads -------------------------------------------------------------------------------
     def normal_read_allowed(self) -> bool:
