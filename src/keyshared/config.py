@@ -48,6 +48,8 @@ class BrokerConfig:
     # --- topics and messages -------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"
+    # Subscription types topics accept (namespace and topic policies may narrow it).
+    subscriptionTypesEnabled: str = "Exclusive,Shared,Failover,Key_Shared"
     defaultNumPartitions: int = 1
     maxMessageSize: int = 5 * 1024 * 1024
     brokerDeduplicationEnabled: bool = False
@@ -119,7 +121,15 @@ class BrokerConfig:
             if key not in self.unknown_keys:
                 self.unknown_keys.append(key)
             return False
-        setattr(self, key, _parse(key, raw, getattr(self, key)))
+        value = _parse(key, raw, getattr(self, key))
+        if key == "subscriptionTypesEnabled":
+            from keyshared.broker.sub_types import parse_types
+
+            try:
+                parse_types(str(value))
+            except ValueError as exc:
+                raise ConfigError(f"{key}: {exc}") from None
+        setattr(self, key, value)
         return True
 
     def update(self, values: Mapping[str, str]) -> None:

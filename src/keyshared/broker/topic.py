@@ -17,6 +17,8 @@ from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_m
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.rates import RateMeter
+from keyshared.broker.sub_types import POLICY_KEY as SUB_TYPES_KEY
+from keyshared.broker.sub_types import check_enabled, enabled_types
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
@@ -176,6 +178,16 @@ class PersistentTopic:
             cache[key] = store.resolve(self.name.full, self.name.namespace_name, key, default)
         return cache[key]
 
+    def enabled_sub_types(self) -> frozenset[str]:
+        """Subscription types this topic accepts (topic over namespace over broker)."""
+        store = self.service.policies
+        ns = store.namespace(self.name.namespace_name) or {}
+        return enabled_types(
+            store.topic(self.name.full).get(SUB_TYPES_KEY),
+            ns.get(SUB_TYPES_KEY),
+            self.config.subscriptionTypesEnabled,
+        )
+
     def on_policies_changed(self) -> None:
         """A policy changed: apply it to this loaded topic, and let every dispatcher look
         again (e.g. a pause lifted). Retention and TTL are read where they are used."""
@@ -292,6 +304,7 @@ class PersistentTopic:
         """Create or join ``subscription`` and attach a new consumer built by the factory."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        check_enabled(self.name.full, sub_type, self.enabled_sub_types())
         sub = self.subscriptions.get(subscription)
         if sub is None:
             sub = self._create_subscription(

@@ -10,11 +10,13 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Callable
+from typing import Any
 
 import pulsar
 import pytest
 
 from tests.integration.key_shared.helpers import (
+    SUB,
     KeySharedEnv,
     range_slot,
     receive_and_check,
@@ -190,6 +192,59 @@ def test_row07_ordering_key_routes_sticky(env: KeySharedEnv, batch: bool) -> Non
             expected[sticky_owner(range_slot(key.encode()))] += 1
             producer.send(str(i).encode(), partition_key="any key", ordering_key=key)
     receive_and_check(env, zip(consumers, expected, strict=True))
+
+
+# --- row 8 -------------------------------------------------------------------------------------
+def test_row08_key_shared_can_be_disabled(impl: str, make_env: Any) -> None:
+    """subscriptionTypesEnabled without Key_Shared: subscribing is refused (NotAllowed) and
+    nothing is created; the other types still subscribe."""
+    env = make_env(impl, {"subscriptionTypesEnabled": "Exclusive,Shared,Failover"})
+    with pytest.raises(pulsar.NotAllowedError):
+        env.consumer("c1")
+    status, subs = env.broker.admin("GET", env.path + "/subscriptions")
+    assert status != 200 or SUB not in subs, subs
+    shared = env.client.subscribe(env.topic, "shared-sub", consumer_type=pulsar.ConsumerType.Shared)
+    env.producer().send(b"m")
+    assert shared.receive(timeout_millis=5000).data() == b"m"
+
+
+def test_row08_subscription_types_follow_topic_over_namespace_policy(env: KeySharedEnv) -> None:
+    """The namespace and topic policies of Pulsar's admin API narrow the broker setting."""
+    # A namespace of its own: the policy must not reach other tests' topics.
+    tenant_ns = "public/types-" + env.topic.rsplit("-", 1)[1][:8]
+    assert env.broker.admin("PUT", f"/admin/v2/namespaces/{tenant_ns}")[0] == 204
+    env.topic = f"persistent://{tenant_ns}/t"
+    other = env.topic + "-other"
+    ns_path = f"/admin/v2/namespaces/{tenant_ns}/subscriptionTypesEnabled"
+    topic_path = env.path + "/subscriptionTypesEnabled"
+    env.producer().send(b"m")  # the topic exists
+    try:
+        assert env.broker.admin("POST", ns_path, ["Exclusive", "Shared"])[0] == 204
+        assert sorted(env.broker.admin("GET", ns_path)[1]) == ["Exclusive", "Shared"]
+        with pytest.raises(pulsar.NotAllowedError):
+            env.consumer("c1")
+        with pytest.raises(pulsar.NotAllowedError):
+            env.consumer("c1", topic=other)
+        # The topic's own policy wins over the namespace's, for that topic only.
+        assert env.broker.admin("POST", topic_path, ["Key_Shared"])[0] == 204
+        assert env.broker.admin("GET", topic_path)[1] == ["Key_Shared"]
+        env.consumer("c1").close()
+        with pytest.raises(pulsar.NotAllowedError):
+            env.client.subscribe(env.topic, "excl", consumer_type=pulsar.ConsumerType.Exclusive)
+        with pytest.raises(pulsar.NotAllowedError):
+            env.consumer("c1", topic=other)
+        # Unknown type names are refused and change nothing.
+        assert env.broker.admin("POST", topic_path, ["Key_Shared", "Nope"])[0] == 412
+        assert env.broker.admin("GET", topic_path)[1] == ["Key_Shared"]
+        assert env.broker.admin("DELETE", topic_path)[0] == 204
+        assert env.broker.admin("GET", topic_path)[1] is None
+        with pytest.raises(pulsar.NotAllowedError):
+            env.consumer("c1")
+    finally:
+        assert env.broker.admin("DELETE", ns_path)[0] == 204
+    assert env.broker.admin("GET", ns_path)[1] is None
+    env.consumer("c1", topic=other).close()
+    env.consumer("c2").close()
 
 
 # --- row 9 -------------------------------------------------------------------------------------
