@@ -243,3 +243,25 @@ def test_join_waits_for_entries_sent_beyond_the_last_sent_position() -> None:
         assert not d.stats()["consumersAfterMarkDeletePosition"]
     finally:
         t.close()
+
+
+def test_one_entry_out_at_the_tail_makes_a_joining_consumer_wait() -> None:
+    """Found by the simulation: with the cursor at the tail and one entry out, Pulsar's
+    ``numberOfEntriesSinceFirstNotAckedMessage > 1`` holds (it counts the read position too),
+    but a count of the entries that exist gives 1, and c3 took key-a over unrestricted."""
+    t = Timeline("last_sent")
+    try:
+        t.join("c1", 1000)
+        t.join("c2", 1000)
+        a0 = t.publish(KEY_A)  # -> c1; the read position is past it, at the tail
+        assert t.positions_of("c1", KEY_A) == [a0]
+        t.join("c3", 1000)  # key-a moves to c3
+        d = t.sub.dispatcher
+        assert isinstance(d, ClassicKeySharedDispatcher)
+        assert d.stats()["consumersAfterMarkDeletePosition"], "c3 is recently joined"
+        a1 = t.publish(KEY_A)
+        assert t.positions_of("c3", KEY_A) == [], "c1 still holds key-a's older entry"
+        t.ack_all("c1")
+        assert t.positions_of("c3", KEY_A) == [a1]
+    finally:
+        t.close()

@@ -111,11 +111,7 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         super().add_consumer(consumer)
         joined = self._join_position()
         self.joined_at[consumer] = joined
-        if (
-            self.recently_joined is not None
-            and len(self.consumers) > 1
-            and self.cursor.number_of_entries_since_first_not_acked > 1
-        ):
+        if self.recently_joined is not None and len(self.consumers) > 1 and self._in_flight():
             self.recently_joined[consumer] = joined
             select = self.selector.select
             held = sorted(
@@ -126,6 +122,18 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
                 if pos > joined and select(pa.key_hash) is consumer
             )
             self.held_at_join[consumer] = deque(held)
+
+    def _in_flight(self) -> bool:
+        """Whether an entry after the mark-delete position was read (and is not acked).
+
+        Pulsar asks ``getNumberOfEntriesSinceFirstNotAckedMessage() > 1``: it counts
+        ``(mark-delete, read position]`` arithmetically, the read position included even when
+        nothing is written there yet, so the answer is "the read position is past the first
+        entry after the mark-delete position". Our cursor counts only the entries that exist,
+        so with the cursor at the tail and one entry out that figure is 1, and a consumer
+        joining then took over its key unrestricted, ahead of the entry still out."""
+        cursor = self.cursor
+        return cursor.read_position > cursor.reader.next_position(cursor.mark_delete_position)
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach ``consumer``; the last one leaving forgets what was sent."""
