@@ -10,6 +10,11 @@ from typing import Any
 
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.nonpersistent_topic import (
+    NON_PERSISTENT,
+    NonPersistentTopic,
+    NonPersistentTopics,
+)
 from keyshared.broker.policies import PolicyStore
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import InvalidTopicName, TopicName
@@ -34,6 +39,8 @@ class BrokerService:
         self.storage = storage
         self.scheduler: Scheduler = scheduler or LoopScheduler()
         self.topics: dict[str, PersistentTopic] = {}
+        # Non-persistent topics live apart: nothing of them is stored or swept periodically.
+        self.nonpersistent = NonPersistentTopics(self)
         self.policies = PolicyStore(storage.metadata)
         self._ensure_defaults()
 
@@ -137,6 +144,8 @@ class BrokerService:
 
     def topic_exists(self, name: TopicName) -> bool:
         """True if the topic (not a partitioned base) exists."""
+        if name.domain == NON_PERSISTENT:
+            return self.nonpersistent.loaded(name) is not None
         return (
             name.full in self.topics
             or self.storage.metadata.get(TOPICS_PREFIX + name.full) is not None
@@ -174,6 +183,14 @@ class BrokerService:
         topic = PersistentTopic(name, ledger, self, self.scheduler)
         self.topics[name.full] = topic
         return topic
+
+    def get_any_topic(
+        self, name: TopicName, *, create: bool
+    ) -> PersistentTopic | NonPersistentTopic:
+        """The topic ``name`` of either domain (for producers and consumers)."""
+        if name.domain == NON_PERSISTENT:
+            return self.nonpersistent.get(name, create=create)
+        return self.get_topic(name, create=create)
 
     def create_topic(self, name: TopicName) -> PersistentTopic:
         """Create a non-partitioned topic explicitly (admin)."""
@@ -249,6 +266,7 @@ class BrokerService:
             except Exception:  # pragma: no cover - shutdown must go on
                 log.exception("closing %s", topic.name)
         self.topics.clear()
+        await self.nonpersistent.close()
         await asyncio.sleep(0)
 
 

@@ -28,6 +28,7 @@ from keyshared.storage.ledger import ManagedLedger
 from keyshared.storage.position import EARLIEST, LATEST, Position
 
 if TYPE_CHECKING:
+    from keyshared.broker.nonpersistent_topic import NonPersistentTopic
     from keyshared.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class Producer:
 
     producer_id: int
     producer_name: str
-    topic: PersistentTopic
+    topic: PersistentTopic | NonPersistentTopic
     transport: ProducerTransport
     user_provided_name: bool = False
     epoch: int = 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, SubType
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.nonpersistent_topic import NON_PERSISTENT, NonPersistentTopic
 from keyshared.broker.subscription import AckItem
 from keyshared.broker.topic import Producer
 from keyshared.protocol import (
@@ -52,6 +53,11 @@ def _wire_error(code: ServerError) -> pb.ServerError:
 
 def _u64(v: int) -> int:
     return v & (_U64 - 1)
+
+
+def _non_persistent(consumer: Consumer) -> bool:
+    """A consumer of a non-persistent topic: its subscription has no cursor."""
+    return consumer.subscription.topic.name.domain == NON_PERSISTENT
 
 
 class ServerConnection(asyncio.Protocol):
@@ -371,7 +377,12 @@ class ServerConnection(asyncio.Protocol):
             except BrokerError as exc:
                 self._error(r.request_id, exc.code, exc.message)
                 return
-        topics = self.service.list_topics(r.namespace)
+        mode = r.mode if r.HasField("mode") else pb.CommandGetTopicsOfNamespace.PERSISTENT
+        topics = []
+        if mode != pb.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+            topics += self.service.list_topics(r.namespace)
+        if mode != pb.CommandGetTopicsOfNamespace.PERSISTENT:
+            topics += self.service.nonpersistent.names(r.namespace)
         self.send_command(
             T(
                 type=T.GET_TOPICS_OF_NAMESPACE_RESPONSE,
@@ -406,7 +417,8 @@ class ServerConnection(asyncio.Protocol):
             resp.availablePermits = max(consumer.available_permits, 0)
             resp.unackedMessages = consumer.unacked_messages
             resp.blockedConsumerOnUnackedMsgs = consumer.blocked_on_unacked
-            resp.msgBacklog = consumer.subscription.cursor.number_of_entries_in_backlog
+            if not _non_persistent(consumer):
+                resp.msgBacklog = consumer.subscription.cursor.number_of_entries_in_backlog
             resp.type = SubType(consumer.sub_type).name
         self.send_command(T(type=T.CONSUMER_STATS_RESPONSE, consumerStatsResponse=resp))
 
@@ -421,7 +433,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             name = self.service.parse_topic(r.topic)
             self._authorize(name.full, "produce")
-            topic = self.service.get_topic(name, create=True)
+            topic = self.service.get_any_topic(name, create=True)
             producer_name = (
                 r.producer_name if r.HasField("producer_name") and r.producer_name else None
             )
@@ -590,7 +602,7 @@ class ServerConnection(asyncio.Protocol):
                 raise BrokerError(
                     ServerError.NotAllowedError, f"{name} is partitioned: subscribe to partitions"
                 )
-            topic = self.service.get_topic(name, create=r.force_topic_creation)
+            topic = self.service.get_any_topic(name, create=r.force_topic_creation)
             sub_type = SubType(r.subType)
             if r.read_compacted and sub_type not in (SubType.Exclusive, SubType.Failover):
                 raise BrokerError(
@@ -614,7 +626,10 @@ class ServerConnection(asyncio.Protocol):
                     start = EARLIEST
             consumer_name = r.consumer_name
             durable = r.durable
-            tracks = sub_type in (SubType.Shared, SubType.Key_Shared)
+            # Non-persistent consumers hold nothing unacked (Pulsar: maxUnackedMessages 0).
+            tracks = sub_type in (SubType.Shared, SubType.Key_Shared) and not isinstance(
+                topic, NonPersistentTopic
+            )
             max_unacked = self.config.maxUnackedMessagesPerConsumer if durable and tracks else 0
 
             def factory(sub: Any) -> Consumer:
@@ -697,6 +712,10 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._seek(consumer, r))
 
     async def _seek(self, consumer: Consumer, r: pb.CommandSeek) -> None:
+        if _non_persistent(consumer):
+            # Pulsar's NonPersistentSubscription.resetCursor: nothing to move, success.
+            self._success(r.request_id)
+            return
         sub = consumer.subscription
         topic = sub.topic
         try:
@@ -728,6 +747,13 @@ class ServerConnection(asyncio.Protocol):
         self._spawn(self._get_last_message_id(consumer, r.request_id))
 
     async def _get_last_message_id(self, consumer: Consumer, request_id: int) -> None:
+        if _non_persistent(consumer):
+            self._error(
+                request_id,
+                ServerError.NotAllowedError,
+                "GetLastMessageId is not supported on non-persistent topic",
+            )
+            return
         topic = consumer.subscription.topic
         try:
             compacted = None

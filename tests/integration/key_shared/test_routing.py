@@ -1,8 +1,8 @@
 """Routing by key: Pulsar's KeySharedSubscriptionTest rows 1-7, 9, 14, 17, 18 (research §8).
 
 Every scenario runs on both dispatchers (``impl``: PIP-379 and classic), as Pulsar runs them.
-Non-persistent topics, which Pulsar's rows 1, 2, 4 and 5 also cover, are not supported by
-this broker and are left out.
+Rows 1, 2, 4 and 5 on non-persistent topics, which Pulsar also runs, are in
+``test_nonpersistent_routing``.
 """
 
 from __future__ import annotations
