@@ -10,7 +10,9 @@ refused.
 
 from __future__ import annotations
 
+import re
 import threading
+import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +70,21 @@ def receive_none(consumer: pulsar.Consumer, timeout_ms: int) -> pulsar.Message |
         return consumer.receive(timeout_millis=timeout_ms)
     except pulsar.Timeout:
         return None
+
+
+def metrics(broker: BrokerProcess, topic: str) -> dict[tuple[str, str], float]:
+    """``/metrics`` series of ``topic``: (name, subscription or "") -> value."""
+    with urllib.request.urlopen(broker.web_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[tuple[str, str], float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or f'topic="{topic}"' not in line:
+            continue
+        name, _, rest = line.partition("{")
+        labels, _, value = rest.rpartition("} ")
+        sub = re.search(r'subscription="([^"]*)"', labels)
+        out[(name, sub.group(1) if sub else "")] = float(value)
+    return out
 
 
 TYPES = {
@@ -153,6 +170,10 @@ def test_messages_are_dropped_while_the_consumer_has_no_permits(
     assert st["msgDropRate"] == subs["slow"]["msgDropRate"]
     assert st["msgInCounter"] == 5 and st["msgOutCounter"] == 6
     assert [int(fast.receive(5000).data()) for _ in range(5)] == list(range(5))
+    series = metrics(broker, topic)
+    assert series[("pulsar_in_messages_total", "")] == 5
+    assert series[("pulsar_subscription_msg_drop_rate", "slow")] > 0
+    assert series[("pulsar_subscription_msg_drop_rate", "fast")] == 0
     assert int(slow.receive(5000).data()) == 0
     assert receive_none(slow, 300) is None  # the dropped ones never come
     wait_permits(broker, topic, "slow")
@@ -295,8 +316,6 @@ def test_a_restart_keeps_no_message_and_no_topic(fresh_broker: BrokerProcess) ->
 def test_regex_subscription_in_non_persistent_mode_finds_loaded_topics(
     broker: BrokerProcess, client: pulsar.Client
 ) -> None:
-    import re
-
     prefix = f"np-re-{uuid.uuid4().hex[:8]}"
     topic = f"non-persistent://{NS}/{prefix}-x"
     producer = client.create_producer(topic, batching_enabled=False)
@@ -333,3 +352,41 @@ def test_listener_threads_and_batches(broker: BrokerProcess, client: pulsar.Clie
     st = stats(broker, topic)
     assert st["msgInCounter"] == 100
     assert st["subscriptions"]["l"]["msgOutCounter"] == 100
+
+
+def test_unsubscribe_removes_the_subscription_and_an_idle_topic_is_unloaded(
+    broker: BrokerProcess, client: pulsar.Client
+) -> None:
+    topic = new_topic()
+    keep = client.subscribe(topic, "keep", consumer_type=pulsar.ConsumerType.Shared)
+    gone = client.subscribe(topic, "gone", consumer_type=pulsar.ConsumerType.Shared)
+    wait_permits(broker, topic, "gone")
+    gone.unsubscribe()
+    assert sorted(broker.admin("GET", admin_path(topic) + "/subscriptions")[1]) == ["keep"]
+    keep.close()  # a durable subscription outlives its consumers, as in Pulsar
+    assert sorted(broker.admin("GET", admin_path(topic) + "/subscriptions")[1]) == ["keep"]
+    status, body = broker.admin("DELETE", admin_path(topic))
+    assert status == 204, body
+    assert broker.admin("GET", admin_path(topic) + "/stats")[0] == 404
+
+
+def test_a_reader_gets_what_is_published_after_it_starts(
+    broker: BrokerProcess, client: pulsar.Client
+) -> None:
+    topic = new_topic()
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"old")
+    reader = client.create_reader(topic, pulsar.MessageId.earliest)
+    wait_until(
+        lambda: any(
+            c["availablePermits"] > 0
+            for s in stats(broker, topic)["subscriptions"].values()
+            for c in s["consumers"]
+        ),
+        what="the reader's permits",
+    )
+    producer.send(b"new")
+    assert reader.read_next(5000).data() == b"new"
+    reader.close()
+    # The reader's subscription is not durable: it goes with the reader.
+    wait_until(lambda: not stats(broker, topic)["subscriptions"], what="no subscription")

@@ -31,7 +31,9 @@ from prometheus_client import (
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from keyshared.broker.nonpersistent_topic import NonPersistentTopic
 from keyshared.broker.service import BrokerService
+from keyshared.broker.topic import PersistentTopic
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -77,6 +79,11 @@ _SUBSCRIPTION_GAUGES: tuple[tuple[str, str, str], ...] = (
         "1 when dispatch is blocked by too many unacked messages",
     ),
     ("pulsar_subscription_msg_rate_out", "msgRateOut", "Messages dispatched per second"),
+    (
+        "pulsar_subscription_msg_drop_rate",
+        "msgDropRate",
+        "Messages dropped per second (non-persistent topics)",
+    ),
     ("pulsar_subscription_msg_ack_rate", "messageAckRate", "Messages acknowledged per second"),
     (
         "pulsar_subscription_msg_throughput_out",
@@ -206,7 +213,12 @@ class BrokerCollector(Collector):
         producers_on = cfg.exposeProducerLevelMetricsInPrometheus
         fam = _Families()
         topics_per_ns: dict[str, int] = {}
-        for topic in list(self.service.topics.values()):
+        service = self.service
+        loaded: list[PersistentTopic | NonPersistentTopic] = [
+            *service.topics.values(),
+            *service.nonpersistent.topics.values(),
+        ]
+        for topic in loaded:
             if topic.closed:
                 continue
             ns = topic.name.namespace_name
