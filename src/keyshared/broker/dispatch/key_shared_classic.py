@@ -24,6 +24,7 @@ so tests can show the difference; it is not meant for use.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from keyshared.broker.consumer import Consumer
@@ -61,6 +62,11 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         self.held_at_join: dict[Consumer, deque[tuple[Position, Consumer]]] = {}
         self.last_sent: Position | None = None
         self.individually_sent = RangeSet()
+        # After a replay round that sent nothing, skip the replay once to read ahead. It is
+        # about the replay queue of that round: entries queued since (a nack, a consumer
+        # leaving) or a new queue (reset) clear it, else the read they trigger skips them and,
+        # with a normal read waiting at the tail, nothing brings them back before the next
+        # publish (the simulation found a flag set before a reset-cursor doing that).
         self._stuck_on_replays = False
 
     # --- last sent position (seed pip-282) -------------------------------------------------
@@ -137,6 +143,7 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach ``consumer``; the last one leaving forgets what was sent."""
+        self._stuck_on_replays = False  # what it held is queued now
         super().remove_consumer(consumer)
         self.joined_at.pop(consumer, None)
         self.held_at_join.pop(consumer, None)
@@ -150,11 +157,17 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             self.individually_sent.clear()
         self.read_more()
 
+    def redeliver(self, consumer: Consumer, positions: Sequence[Any] | None) -> None:
+        """Nack / ack timeout: what comes back may go at once, so the replay is not skipped."""
+        self._stuck_on_replays = False
+        super().redeliver(consumer, positions)
+
     def reset(self) -> None:
         """The cursor moved by hand: what was sent will be sent again."""
         super().reset()
         self.last_sent = None
         self.individually_sent.clear()
+        self._stuck_on_replays = False
 
     def on_mark_delete_moved(self, mark_delete: Position) -> None:
         """Recently joined consumers whose join position is acked become ordinary."""
