@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -128,6 +129,22 @@ def _import_web_stack() -> None:
     import keyshared.admin.web  # noqa: F401
 
 
+def _settle_gc() -> None:
+    """Tune the cyclic garbage collector once everything is started.
+
+    What exists now (modules, the web stack, config) lives as long as the process: freezing it
+    keeps every later full collection from walking it again. Young collections run every 5,000
+    container allocations instead of 700: the publish path allocates a few containers per
+    message that mostly die young, and a collection's cost is the live young objects it finds,
+    so collecting less often does less work in all, with pauses of a few milliseconds at most.
+    Measured with one unbatched producer: broker CPU 54 -> 28-33 us per message, together with
+    the entry cache keeping only untracked tuples (see ``storage/cache.py``).
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(5000, 10, 10)
+
+
 async def _run(config: BrokerConfig, started: float) -> None:
     app = Standalone(config)
     loop = asyncio.get_running_loop()
@@ -136,6 +153,7 @@ async def _run(config: BrokerConfig, started: float) -> None:
             loop.add_signal_handler(sig, app.request_stop)
     try:
         await app.start()
+        _settle_gc()
         elapsed = (time.monotonic() - started) * 1000
         host = config.advertisedAddress
         lines = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from keyshared.protocol import num_messages, parse_metadata, sticky_key, sticky_key_hash
 from keyshared.storage.position import Position
@@ -11,9 +11,12 @@ from keyshared.storage.position import Position
 _CACHE_LIMIT = 200_000
 
 
-@dataclass(slots=True, frozen=True)
-class EntryMeta:
-    """The few metadata fields dispatch needs: batch size, key hash, times."""
+class EntryMeta(NamedTuple):
+    """The few metadata fields dispatch needs: batch size, key hash, times.
+
+    A NamedTuple so that the cache can keep the plain tuple of its values (see
+    ``EntryMetaCache``) and rebuild it cheaply.
+    """
 
     num_messages: int
     key_hash: int
@@ -34,18 +37,26 @@ def parse_entry_meta(data: bytes) -> EntryMeta:
     )
 
 
+_new_meta = tuple.__new__
+
+
 class EntryMetaCache:
-    """Per-topic cache of parsed metadata, filled on publish and on first dispatch."""
+    """Per-topic cache of parsed metadata, filled on publish and on first dispatch.
+
+    Keys and values are kept as plain tuples of ints, which the cyclic garbage collector stops
+    tracking (instances of ``Position`` and ``EntryMeta``, tuple subclasses, stay tracked and
+    made every full collection walk the whole cache); ``get`` wraps the value again.
+    """
 
     __slots__ = ("_cache",)
 
     def __init__(self) -> None:
-        self._cache: dict[Position, EntryMeta] = {}
+        self._cache: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
 
     def put(self, position: Position, meta: EntryMeta) -> None:
         """Remember ``meta`` for ``position``, dropping the oldest entries past the limit."""
         cache = self._cache
-        cache[position] = meta
+        cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4])
         if len(cache) > _CACHE_LIMIT:
             # dicts keep insertion order: drop the oldest tenth in one pass.
             for key in list(cache)[: _CACHE_LIMIT // 10]:
@@ -53,11 +64,18 @@ class EntryMetaCache:
 
     def get(self, position: Position, data: bytes) -> EntryMeta:
         """The metadata of the entry at ``position`` whose bytes are ``data``."""
-        meta = self._cache.get(position)
-        if meta is None:
+        # A Position hashes and compares equal to the plain tuple it was stored under.
+        cached = self._cache.get(position)
+        if cached is None:
             meta = parse_entry_meta(data)
             self.put(position, meta)
-        return meta
+            return meta
+        return _new_meta(EntryMeta, cached)
+
+    def batch_size(self, position: Position) -> int | None:
+        """The number of messages of the entry at ``position``, if cached."""
+        cached = self._cache.get(position)
+        return cached[0] if cached is not None else None
 
     def clear(self) -> None:
         """Forget everything (topic deleted)."""

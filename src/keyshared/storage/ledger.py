@@ -295,7 +295,7 @@ class ManagedLedger:
         self._pending += 1
         pos = Position(led.ledger_id, entry_id)
         self._last_position = pos
-        self._cache.insert(led.cache, entry_id, Entry(pos, data, crc))
+        self._cache.insert(led.cache, led.ledger_id, entry_id, data, crc)
         return pos, fut
 
     def _rollover(self) -> _Ledger:
@@ -362,7 +362,7 @@ class ManagedLedger:
         log.error(
             "%s: ledger %d failed, closing it at %d entries", self._name, led.ledger_id, led.durable
         )
-        self._cache.drop(led.cache, led.durable)
+        self._cache.drop(led.cache, led.ledger_id, led.durable)
         was_current = led is self._current
         self._close_ledger(led)
         if was_current and not self._closed:
@@ -415,16 +415,17 @@ class ManagedLedger:
             led = self._ledgers[i]
             stop = min(led.durable, entry_id + max_entries - len(out))
             bucket = led.cache
+            lid = led.ledger_id
             e = entry_id
             while e < stop:
-                entry = bucket.get(e)
-                if entry is not None:
+                cached = bucket.get(e)
+                if cached is not None:
                     if budget >= 0:
-                        size = len(entry.data)
+                        size = len(cached[0])
                         if out and used + size > budget:
                             return out
                         used += size
-                    out.append(entry)
+                    out.append(Entry(Position(lid, e), cached[0], cached[1]))
                     e += 1
                     continue
                 run_end = e + 1
@@ -456,9 +457,9 @@ class ManagedLedger:
         led = self._ledgers[i]
         if not 0 <= pos.entry_id < led.durable:
             return None
-        entry = led.cache.get(pos.entry_id)
-        if entry is not None:
-            return entry
+        cached = led.cache.get(pos.entry_id)
+        if cached is not None:
+            return Entry(pos, cached[0], cached[1])
         entries = await self._read_disk(self._segment_for(led), pos.entry_id, pos.entry_id + 1)
         return entries[0] if entries else None
 
@@ -497,7 +498,7 @@ class ManagedLedger:
         self._total_size -= led.size - size
         led.entries = led.durable = seg.count
         led.size = size
-        self._cache.drop(led.cache, seg.count)
+        self._cache.drop(led.cache, led.ledger_id, seg.count)
         self._persist_quietly()
 
     async def _read_disk(self, seg: Segment, first: int, stop: int) -> list[Entry]:
@@ -622,7 +623,7 @@ class ManagedLedger:
     def _forget(self, led: _Ledger) -> None:
         """Drop a ledger's cache, close and remove its files."""
         led.state = _State.DELETED
-        self._cache.drop(led.cache)
+        self._cache.drop(led.cache, led.ledger_id)
         seg = led.segment or self._ctx.segments.discard(led.ledger_id)
         led.segment = None
         if seg is not None:
@@ -678,7 +679,7 @@ class ManagedLedger:
     def _release_all(self) -> None:
         pool = self._ctx.segments
         for led in self._ledgers:
-            self._cache.drop(led.cache)
+            self._cache.drop(led.cache, led.ledger_id)
             seg = led.segment or pool.discard(led.ledger_id)
             led.segment = None
             if seg is not None:
