@@ -19,11 +19,9 @@ from keyshared.broker.consumer import Consumer
 from keyshared.broker.dispatch.base import Scheduler, TimerHandle
 from keyshared.broker.dispatch.draining import DrainingHashesTracker
 from keyshared.broker.dispatch.selectors import (
-    ConsistentHashingStickyKeyConsumerSelector,
     ConsumerAssignError,
-    HashRangeAutoSplitStickyKeyConsumerSelector,
-    HashRangeExclusiveStickyKeyConsumerSelector,
     StickyKeyConsumerSelector,
+    selector_for,
 )
 from keyshared.broker.dispatch.shared import NORMAL, REPLAY, SharedDispatcher
 from keyshared.broker.entry_meta import EntryMeta
@@ -66,16 +64,7 @@ class KeySharedDispatcher(SharedDispatcher):
         self.mode = mode
         self.allow_out_of_order = allow_out_of_order
         super().__init__(subscription, scheduler)
-        cfg = self.config
-        self.selector: StickyKeyConsumerSelector[Consumer]
-        if mode == "STICKY":
-            self.selector = HashRangeExclusiveStickyKeyConsumerSelector()
-        elif cfg.subscriptionKeySharedUseConsistentHashing:
-            self.selector = ConsistentHashingStickyKeyConsumerSelector(
-                cfg.subscriptionKeySharedConsistentHashingReplicaPoints
-            )
-        else:
-            self.selector = HashRangeAutoSplitStickyKeyConsumerSelector()
+        self.selector: StickyKeyConsumerSelector[Consumer] = selector_for(mode, self.config)
         start, end = self.selector.key_hash_range
         self._slot_start = start
         self._slot_span = end - start + 1

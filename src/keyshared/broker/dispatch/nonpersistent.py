@@ -30,11 +30,9 @@ from typing import Any
 
 from keyshared.broker.consumer import Consumer, OutboundMessage, SubType
 from keyshared.broker.dispatch.selectors import (
-    ConsistentHashingStickyKeyConsumerSelector,
     ConsumerAssignError,
-    HashRangeAutoSplitStickyKeyConsumerSelector,
-    HashRangeExclusiveStickyKeyConsumerSelector,
     StickyKeyConsumerSelector,
+    selector_for,
 )
 from keyshared.broker.entry_meta import EntryMeta
 from keyshared.broker.errors import BrokerError, ServerError
@@ -205,15 +203,7 @@ class KeySharedDispatcher(NonPersistentDispatcher):
     def __init__(self, mode: str, config: BrokerConfig) -> None:
         super().__init__()
         self.mode = mode
-        self.selector: StickyKeyConsumerSelector[Consumer]
-        if mode == "STICKY":
-            self.selector = HashRangeExclusiveStickyKeyConsumerSelector()
-        elif config.subscriptionKeySharedUseConsistentHashing:
-            self.selector = ConsistentHashingStickyKeyConsumerSelector(
-                config.subscriptionKeySharedConsistentHashingReplicaPoints
-            )
-        else:
-            self.selector = HashRangeAutoSplitStickyKeyConsumerSelector()
+        self.selector: StickyKeyConsumerSelector[Consumer] = selector_for(mode, config)
         self._range = self.selector.key_hash_range
 
     def fits(self, consumer: Consumer) -> bool:

@@ -17,7 +17,7 @@ STICKY                                                     :class:`HashRangeExcl
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from keyshared.broker.dispatch.sel_autosplit import HashRangeAutoSplitStickyKeyConsumerSelector
 from keyshared.broker.dispatch.sel_base import C, ConsumerAssignError, HashRange, NamedConsumer
@@ -43,6 +43,9 @@ from keyshared.broker.dispatch.sel_ranges import (
     merge_ranges,
 )
 
+if TYPE_CHECKING:
+    from keyshared.config import BrokerConfig
+
 __all__ = [
     "DEFAULT_RANGE_SIZE",
     "DEFAULT_REPLICA_POINTS",
@@ -65,6 +68,7 @@ __all__ = [
     "make_sticky_key_hash",
     "merge_ranges",
     "pulsar_hash",
+    "selector_for",
 ]
 
 
@@ -144,3 +148,13 @@ def create_selector(
     if use_consistent_hashing:
         return ConsistentHashingStickyKeyConsumerSelector(replica_points)
     return HashRangeAutoSplitStickyKeyConsumerSelector()
+
+
+def selector_for(key_shared_mode: str, config: BrokerConfig) -> StickyKeyConsumerSelector[C]:
+    """:func:`create_selector` for a subscription's Key_Shared mode under the broker's
+    ``subscriptionKeySharedUseConsistentHashing`` and ``...ConsistentHashingReplicaPoints``."""
+    return create_selector(
+        key_shared_mode,
+        use_consistent_hashing=config.subscriptionKeySharedUseConsistentHashing,
+        replica_points=config.subscriptionKeySharedConsistentHashingReplicaPoints,
+    )
