@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -26,9 +25,15 @@ from keyshared.broker.dispatch.nonpersistent import NonPersistentDispatcher, new
 from keyshared.broker.entry_meta import parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sub_types import POLICY_KEY as SUB_TYPES_KEY
-from keyshared.broker.sub_types import check_enabled, enabled_types
+from keyshared.broker.sub_types import check_enabled, enabled_for_topic
 from keyshared.broker.topic import Producer, PublishCallback
+from keyshared.broker.topic_common import (
+    ProducerRegistry,
+    attach_consumer,
+    consumer_stats,
+    producer_stats,
+    unsubscribe,
+)
 from keyshared.broker.topic_name import TopicName
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
@@ -70,6 +75,10 @@ class NonPersistentSubscription:
     def add_consumer(self, consumer: Consumer) -> None:
         """Attach ``consumer``: a new dispatcher when none has consumers and the type or
         Key_Shared mode differs; with consumers attached, another type is refused."""
+        if consumer.read_compacted:
+            raise BrokerError(
+                ServerError.NotAllowedError, "readCompacted only valid on persistent topics"
+            )
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, "Subscription is being closed")
         disp = self.dispatcher
@@ -124,7 +133,7 @@ class NonPersistentSubscription:
 
     def stats(self) -> dict[str, Any]:
         """NonPersistentSubscriptionStats with Pulsar's field names."""
-        consumers = [consumer_stats(c) for c in self.consumers]
+        consumers = [np_consumer_stats(c) for c in self.consumers]
         disp = self.dispatcher
         st: dict[str, Any] = {
             "msgRateOut": sum(c["msgRateOut"] for c in consumers),
@@ -170,7 +179,7 @@ class NonPersistentTopic:
         self.name = name
         self.service = service
         self._registry = registry
-        self.producers: dict[str, Producer] = {}
+        self.producers = ProducerRegistry()
         self.subscriptions: dict[str, NonPersistentSubscription] = {}
         self.msg_in_counter = 0
         self.bytes_in_counter = 0
@@ -187,19 +196,11 @@ class NonPersistentTopic:
         """Register ``producer``; names are unique per topic."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
-        existing = self.producers.get(producer.producer_name)
-        if existing is not None and not existing.closed:
-            raise BrokerError(
-                ServerError.ProducerBusy,
-                f"Producer with name '{producer.producer_name}' is already connected to topic",
-            )
-        self.producers[producer.producer_name] = producer
+        self.producers.add(producer)
 
     def remove_producer(self, producer: Producer) -> None:
         """Forget ``producer``."""
-        producer.closed = True
-        if self.producers.get(producer.producer_name) is producer:
-            del self.producers[producer.producer_name]
+        self.producers.remove(producer)
         self._forget_if_idle()
 
     def last_sequence_id(self, producer_name: str) -> int:
@@ -234,12 +235,8 @@ class NonPersistentTopic:
     # --- consumers ---------------------------------------------------------------------------
     def enabled_sub_types(self) -> frozenset[str]:
         """Subscription types this topic accepts (topic over namespace over broker setting)."""
-        store = self.service.policies
-        ns = store.namespace(self.name.namespace_name) or {}
-        return enabled_types(
-            store.topic(self.name.full).get(SUB_TYPES_KEY),
-            ns.get(SUB_TYPES_KEY),
-            self.service.config.subscriptionTypesEnabled,
+        return enabled_for_topic(
+            self.service.policies, self.name, self.service.config.subscriptionTypesEnabled
         )
 
     def subscribe(
@@ -262,18 +259,7 @@ class NonPersistentTopic:
             self.subscriptions[subscription] = sub
         # The consumer holds this subscription where a persistent one would be: the connection
         # uses only what both have, and asks the topic's domain before using a cursor.
-        consumer = consumer_factory(cast("Subscription", sub))
-        try:
-            if consumer.read_compacted:
-                raise BrokerError(
-                    ServerError.NotAllowedError, "readCompacted only valid on persistent topics"
-                )
-            sub.add_consumer(consumer)
-        except BrokerError:
-            if not sub.consumers and not sub.durable:
-                self.remove_subscription(subscription)
-            raise
-        return consumer
+        return attach_consumer(self, sub, consumer_factory(cast("Subscription", sub)))
 
     def remove_subscription(self, name: str) -> None:
         """Drop a subscription, keeping what it sent in the topic's totals."""
@@ -290,17 +276,7 @@ class NonPersistentTopic:
 
     def unsubscribe(self, name: str, consumer: Consumer | None = None) -> None:
         """Delete ``name``; refused while other consumers are attached."""
-        sub = self.subscriptions.get(name)
-        if sub is None:
-            raise BrokerError(ServerError.SubscriptionNotFound, f"Subscription {name} not found")
-        if [c for c in sub.consumers if c is not consumer]:
-            raise BrokerError(
-                ServerError.UnknownError,
-                f"Subscription {name} has active consumers: unsubscribe refused",
-            )
-        if consumer is not None:
-            sub.remove_consumer(consumer)
-        self.remove_subscription(name)
+        unsubscribe(self, name, consumer)
 
     # --- lifecycle -----------------------------------------------------------------------------
     def _forget_if_idle(self) -> None:
@@ -310,9 +286,7 @@ class NonPersistentTopic:
     async def close(self) -> None:
         """Disconnect every producer and consumer and forget the topic."""
         self.closed = True
-        for p in list(self.producers.values()):
-            p.transport.close_producer(p)
-            self.remove_producer(p)
+        self.producers.close_all()
         for sub in list(self.subscriptions.values()):
             sub.disconnect_all()
             self.remove_subscription(sub.name)
@@ -321,7 +295,7 @@ class NonPersistentTopic:
     # --- stats ---------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """NonPersistentTopicStats with Pulsar's field names."""
-        publishers = [producer_stats(p) for p in self.producers.values()]
+        publishers = [np_producer_stats(p) for p in self.producers.values()]
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
         rate_in, throughput_in = self.rates_in.rates(self.msg_in_counter, self.bytes_in_counter)
         return {
@@ -423,61 +397,22 @@ class NonPersistentTopics:
             await topic.close()
 
 
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+def np_producer_stats(p: Producer) -> dict[str, Any]:
+    """NonPersistentPublisherStats: PublisherStats and ``msgDropRate``, always 0 here (Pulsar
+    drops a publisher's messages only past maxConcurrentNonPersistentMessagePerConnection, a
+    limit this broker does not have)."""
+    return {**producer_stats(p), "msgDropRate": 0.0}
 
 
-def producer_stats(p: Producer) -> dict[str, Any]:
-    """NonPersistentPublisherStats with Pulsar's field names."""
-    rate_in, throughput_in = p.rates.rates(p.msg_in_counter, p.bytes_in_counter)
-    return {
-        "accessMode": "Shared",
-        "msgRateIn": rate_in,
-        "msgThroughputIn": throughput_in,
-        "averageMsgSize": p.bytes_in_counter / p.msg_in_counter if p.msg_in_counter else 0.0,
-        "chunkedMessageRate": 0.0,
-        "producerId": p.producer_id,
-        "supportsPartialProducer": False,
-        "producerName": p.producer_name,
-        "address": p.transport.address,
-        "connectedSince": _iso(p.connected_since),
-        "clientVersion": p.transport.client_version,
-        "metadata": dict(p.metadata),
-        "msgInCounter": p.msg_in_counter,
-        "bytesInCounter": p.bytes_in_counter,
-        # Pulsar drops a publisher's messages only past maxConcurrentNonPersistentMessagePerConnection,
-        # a limit this broker does not have.
-        "msgDropRate": 0.0,
-    }
+_NOTHING_ACKED: dict[str, Any] = {
+    "msgRateRedeliver": 0.0,
+    "messageAckRate": 0.0,
+    "unackedMessages": 0,
+    "blockedConsumerOnUnackedMsgs": False,
+    "lastAckedTimestamp": 0,
+}
 
 
-def consumer_stats(c: Consumer) -> dict[str, Any]:
-    """ConsumerStats with Pulsar's field names."""
-    rate_out, throughput_out, _, _ = c.rates.rates(
-        c.msg_out_counter, c.bytes_out_counter, c.msg_redeliver_counter, c.msg_ack_counter
-    )
-    st: dict[str, Any] = {
-        "msgRateOut": rate_out,
-        "msgThroughputOut": throughput_out,
-        "bytesOutCounter": c.bytes_out_counter,
-        "msgOutCounter": c.msg_out_counter,
-        "msgRateRedeliver": 0.0,
-        "messageAckRate": 0.0,
-        "chunkedMessageRate": 0.0,
-        "consumerName": c.consumer_name,
-        "availablePermits": c.available_permits,
-        "unackedMessages": 0,
-        "avgMessagesPerEntry": round(c.avg_messages_per_entry),
-        "blockedConsumerOnUnackedMsgs": False,
-        "lastAckedTimestamp": 0,
-        "lastConsumedTimestamp": c.last_consumed_timestamp,
-        "lastConsumedFlowTimestamp": c.last_consumed_flow_timestamp,
-        "metadata": dict(c.metadata),
-        "address": c.transport.address,
-        "connectedSince": _iso(c.connected_since),
-        "clientVersion": c.transport.client_version,
-    }
-    disp = cast("NonPersistentSubscription", c.subscription).dispatcher
-    if disp is not None:
-        st.update(disp.consumer_stats(c))
-    return st
+def np_consumer_stats(c: Consumer) -> dict[str, Any]:
+    """ConsumerStats of a non-persistent consumer: nothing is acked, redelivered or held."""
+    return consumer_stats(c) | _NOTHING_ACKED

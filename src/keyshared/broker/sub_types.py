@@ -8,10 +8,14 @@ list means "not set", as in Pulsar, so it falls back to the next level.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keyshared.broker.consumer import SubType
 from keyshared.broker.errors import BrokerError, ServerError
+
+if TYPE_CHECKING:
+    from keyshared.broker.policies import PolicyStore
+    from keyshared.broker.topic_name import TopicName
 
 POLICY_KEY = "subscription_types_enabled"
 """The field of the namespace ``Policies`` (and of our stored topic policies)."""
@@ -38,6 +42,17 @@ def enabled_types(topic_policy: Any, namespace_policy: Any, broker_setting: str)
         if level:
             return parse_types(level)
     return parse_types(broker_setting)
+
+
+def enabled_for_topic(
+    policies: PolicyStore, name: TopicName, broker_setting: str
+) -> frozenset[str]:
+    """The types topic ``name`` accepts: its topic policy over its namespace's over
+    ``broker_setting`` (``subscriptionTypesEnabled``)."""
+    ns = policies.namespace(name.namespace_name) or {}
+    return enabled_types(
+        policies.topic(name.full).get(POLICY_KEY), ns.get(POLICY_KEY), broker_setting
+    )
 
 
 def check_enabled(topic: str, sub_type: SubType, enabled: frozenset[str]) -> None:

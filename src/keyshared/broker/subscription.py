@@ -13,6 +13,7 @@ from keyshared.broker.dispatch.base import Dispatcher, Scheduler
 from keyshared.broker.dispatch.shared import SharedDispatcher
 from keyshared.broker.dispatch.single_active import SingleActiveDispatcher
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.topic_common import consumer_stats
 from keyshared.config import BrokerConfig
 from keyshared.storage.cursor import ManagedCursor
 from keyshared.storage.position import Position
@@ -293,7 +294,7 @@ class Subscription:
     # --- stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """SubscriptionStats with Pulsar's field names."""
-        consumers = [self.topic.consumer_stats(c) for c in self.consumers]
+        consumers = [consumer_stats(c) for c in self.consumers]
         cursor = self.cursor
         backlog = cursor.number_of_entries_in_backlog
         st: dict[str, Any] = {

@@ -17,9 +17,14 @@ from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_m
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sub_types import POLICY_KEY as SUB_TYPES_KEY
-from keyshared.broker.sub_types import check_enabled, enabled_types
+from keyshared.broker.sub_types import check_enabled, enabled_for_topic
 from keyshared.broker.subscription import Subscription
+from keyshared.broker.topic_common import (
+    ProducerRegistry,
+    attach_consumer,
+    producer_stats,
+    unsubscribe,
+)
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
 from keyshared.storage.cursor import CursorConfig, KeyValueCursorStore, ManagedCursor
@@ -95,7 +100,7 @@ class PersistentTopic:
         self.service = service
         self.config: BrokerConfig = service.config
         self.scheduler = scheduler
-        self.producers: dict[str, Producer] = {}
+        self.producers = ProducerRegistry()
         self.subscriptions: dict[str, Subscription] = {}
         self.meta_cache = EntryMetaCache()
         self.msg_in_counter = 0
@@ -152,19 +157,11 @@ class PersistentTopic:
         """Register ``producer``; names are unique per topic."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
-        existing = self.producers.get(producer.producer_name)
-        if existing is not None and not existing.closed:
-            raise BrokerError(
-                ServerError.ProducerBusy,
-                f"Producer with name '{producer.producer_name}' is already connected to topic",
-            )
-        self.producers[producer.producer_name] = producer
+        self.producers.add(producer)
 
     def remove_producer(self, producer: Producer) -> None:
         """Forget ``producer``."""
-        producer.closed = True
-        if self.producers.get(producer.producer_name) is producer:
-            del self.producers[producer.producer_name]
+        self.producers.remove(producer)
 
     # --- policies ------------------------------------------------------------------------
     def policy(self, key: str) -> Any:
@@ -181,12 +178,8 @@ class PersistentTopic:
 
     def enabled_sub_types(self) -> frozenset[str]:
         """Subscription types this topic accepts (topic over namespace over broker)."""
-        store = self.service.policies
-        ns = store.namespace(self.name.namespace_name) or {}
-        return enabled_types(
-            store.topic(self.name.full).get(SUB_TYPES_KEY),
-            ns.get(SUB_TYPES_KEY),
-            self.config.subscriptionTypesEnabled,
+        return enabled_for_topic(
+            self.service.policies, self.name, self.config.subscriptionTypesEnabled
         )
 
     def on_policies_changed(self) -> None:
@@ -311,14 +304,7 @@ class PersistentTopic:
             sub = self._create_subscription(
                 subscription, durable, initial_position_earliest, start_message_id
             )
-        consumer = consumer_factory(sub)
-        try:
-            sub.add_consumer(consumer)
-        except BrokerError:
-            if not sub.consumers and not sub.durable:
-                self.remove_subscription(subscription)
-            raise
-        return consumer
+        return attach_consumer(self, sub, consumer_factory(sub))
 
     def _create_subscription(
         self,
@@ -355,18 +341,7 @@ class PersistentTopic:
 
     def unsubscribe(self, name: str, consumer: Consumer | None = None) -> None:
         """Delete ``name``; refused while other consumers are attached."""
-        sub = self.subscriptions.get(name)
-        if sub is None:
-            raise BrokerError(ServerError.SubscriptionNotFound, f"Subscription {name} not found")
-        others = [c for c in sub.consumers if c is not consumer]
-        if others:
-            raise BrokerError(
-                ServerError.UnknownError,
-                f"Subscription {name} has active consumers: unsubscribe refused",
-            )
-        if consumer is not None:
-            sub.remove_consumer(consumer)
-        self.remove_subscription(name)
+        unsubscribe(self, name, consumer)
 
     # --- entries -------------------------------------------------------------------------
     def entry_meta(self, entry: Entry) -> EntryMeta:
@@ -507,56 +482,9 @@ class PersistentTopic:
         return pos
 
     # --- stats ---------------------------------------------------------------------------
-    def consumer_stats(self, c: Consumer) -> dict[str, Any]:
-        """ConsumerStats with Pulsar's field names."""
-        rate_out, throughput_out, rate_redeliver, rate_ack = c.rates.rates(
-            c.msg_out_counter, c.bytes_out_counter, c.msg_redeliver_counter, c.msg_ack_counter
-        )
-        st: dict[str, Any] = {
-            "msgRateOut": rate_out,
-            "msgThroughputOut": throughput_out,
-            "bytesOutCounter": c.bytes_out_counter,
-            "msgOutCounter": c.msg_out_counter,
-            "msgRateRedeliver": rate_redeliver,
-            "messageAckRate": rate_ack,
-            "chunkedMessageRate": 0.0,
-            "consumerName": c.consumer_name,
-            "availablePermits": c.available_permits,
-            "unackedMessages": c.unacked_messages,
-            "avgMessagesPerEntry": round(c.avg_messages_per_entry),
-            "blockedConsumerOnUnackedMsgs": c.blocked_on_unacked,
-            "lastAckedTimestamp": c.last_acked_timestamp,
-            "lastConsumedTimestamp": c.last_consumed_timestamp,
-            "lastConsumedFlowTimestamp": c.last_consumed_flow_timestamp,
-            "metadata": dict(c.metadata),
-            "address": c.transport.address,
-            "connectedSince": _iso(c.connected_since),
-            "clientVersion": c.transport.client_version,
-        }
-        sub = c.subscription
-        if sub.dispatcher is not None:
-            st.update(sub.dispatcher.consumer_stats(c))
-        return st
-
     def stats(self) -> dict[str, Any]:
         """TopicStats with Pulsar's field names."""
-        publishers = [
-            {
-                "accessMode": "Shared",
-                **_producer_rates(p),
-                "chunkedMessageRate": 0.0,
-                "producerId": p.producer_id,
-                "supportsPartialProducer": False,
-                "producerName": p.producer_name,
-                "address": p.transport.address,
-                "connectedSince": _iso(p.connected_since),
-                "clientVersion": p.transport.client_version,
-                "metadata": dict(p.metadata),
-                "msgInCounter": p.msg_in_counter,
-                "bytesInCounter": p.bytes_in_counter,
-            }
-            for p in self.producers.values()
-        ]
+        publishers = [producer_stats(p) for p in self.producers.values()]
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
         backlog_size = self.ledger.total_size
         rate_in, throughput_in = self.rates_in.rates(self.msg_in_counter, self.bytes_in_counter)
@@ -628,9 +556,7 @@ class PersistentTopic:
     async def close(self) -> None:
         """Close producers, consumers and cursors (state persisted)."""
         self.closed = True
-        for p in list(self.producers.values()):
-            p.transport.close_producer(p)
-            self.remove_producer(p)
+        self.producers.close_all()
         for sub in list(self.subscriptions.values()):
             sub.disconnect_all()
             if sub.dispatcher is not None:
@@ -640,16 +566,3 @@ class PersistentTopic:
             self.dedup.snapshot()
         await self.compactor.close()
         await self.ledger.close()
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
-
-def _producer_rates(p: Producer) -> dict[str, float]:
-    rate_in, throughput_in = p.rates.rates(p.msg_in_counter, p.bytes_in_counter)
-    return {
-        "msgRateIn": rate_in,
-        "msgThroughputIn": throughput_in,
-        "averageMsgSize": p.bytes_in_counter / p.msg_in_counter if p.msg_in_counter else 0.0,
-    }
