@@ -150,10 +150,13 @@ class Resolver:
         return sorted(names)
 
     # --- topics --------------------------------------------------------------------------
-    def topic_name(self, tenant: str, namespace: str, topic: str) -> TopicName:
-        """The persistent topic's name in an existing namespace (412 invalid, 404 missing)."""
+    def topic_name(
+        self, tenant: str, namespace: str, topic: str, domain: str = "persistent"
+    ) -> TopicName:
+        """The topic's name (``domain``: persistent or non-persistent) in an existing namespace
+        (412 invalid, 404 missing)."""
         try:
-            name = self.service.parse_topic(f"persistent://{tenant}/{namespace}/{topic}")
+            name = self.service.parse_topic(f"{domain}://{tenant}/{namespace}/{topic}")
         except BrokerError as exc:
             raise RestError(412, exc.message) from None
         self.namespace(tenant, namespace)

@@ -13,9 +13,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 
-from keyshared.admin.rest import Resolver, RestError, as_rest_error, no_content
-from keyshared.admin.routes_topics import MAX_PARTITIONS, aggregate_partitioned
-from keyshared.broker.errors import BrokerError
+from keyshared.admin.rest import Resolver, RestError, no_content
+from keyshared.admin.routes_topics import (
+    aggregate_partitioned,
+    create_partitioned_topic,
+    grow_partitioned_topic,
+)
 from keyshared.broker.nonpersistent_topic import NON_PERSISTENT, NonPersistentTopic
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
@@ -31,27 +34,13 @@ def nonpersistent_routes(service: BrokerService) -> APIRouter:
     topics = service.nonpersistent
 
     def topic_name(tenant: str, namespace: str, topic: str) -> TopicName:
-        try:
-            name = service.parse_topic(f"{NON_PERSISTENT}://{tenant}/{namespace}/{topic}")
-        except BrokerError as exc:
-            raise RestError(412, exc.message) from None
-        resolve.namespace(tenant, namespace)
-        return name
+        return resolve.topic_name(tenant, namespace, topic, NON_PERSISTENT)
 
     def loaded(name: TopicName) -> NonPersistentTopic:
         topic = topics.loaded(name)
         if topic is None:
             raise RestError(404, "Topic not found")
         return topic
-
-    def check_partitions(n: int) -> int:
-        if not 0 < n <= MAX_PARTITIONS:
-            raise RestError(
-                406,
-                f"The number of partitions should be more than 0 and less than or equal to "
-                f"{MAX_PARTITIONS}",
-            )
-        return n
 
     # --- lists ---------------------------------------------------------------------------------
     @router.get(_NS)
@@ -69,33 +58,18 @@ def nonpersistent_routes(service: BrokerService) -> APIRouter:
     async def create_partitioned(
         tenant: str, namespace: str, topic: str, partitions: Annotated[int, Body()]
     ) -> Response:
-        """Create a partitioned non-persistent topic."""
+        """Create a partitioned non-persistent topic (409 while it is loaded unpartitioned)."""
         name = topic_name(tenant, namespace, topic)
-        check_partitions(partitions)
-        if service.partitions_of(name) > 0 or topics.loaded(name) is not None:
-            raise RestError(409, "This topic already exists")
-        if name.partition_index >= 0:
-            raise RestError(412, "A partitioned topic's name cannot end with -partition-N")
-        try:
-            service.create_partitioned_topic(name, partitions)
-        except BrokerError as exc:
-            raise as_rest_error(exc) from None
-        return no_content()
+        return create_partitioned_topic(
+            service, name, partitions, exists=lambda n: topics.loaded(n) is not None
+        )
 
     @router.post(_TOPIC + "/partitions", status_code=204)
     async def update_partitioned(
         tenant: str, namespace: str, topic: str, partitions: Annotated[int, Body()]
     ) -> Response:
         """Grow a partitioned non-persistent topic."""
-        name = topic_name(tenant, namespace, topic)
-        check_partitions(partitions)
-        current = service.partitions_of(name)
-        if current == 0:
-            raise RestError(409, "Partitioned topic does not exist")
-        if partitions <= current:
-            raise RestError(409, "Number of partitions can only grow")
-        service.update_partitioned_topic(name, partitions)
-        return no_content()
+        return grow_partitioned_topic(service, topic_name(tenant, namespace, topic), partitions)
 
     @router.get(_TOPIC + "/partitions")
     async def get_partitions(tenant: str, namespace: str, topic: str) -> dict[str, int]:
@@ -165,35 +139,33 @@ def nonpersistent_routes(service: BrokerService) -> APIRouter:
         return sorted(loaded(topic_name(tenant, namespace, topic)).subscriptions)
 
     # --- what a non-persistent topic cannot do -------------------------------------------------
-    def refuse(what: str) -> RestError:
+    def refused(what: str, tenant: str, namespace: str, topic: str) -> RestError:
+        """405 for ``what``, once the topic's name and namespace passed (412 and 404 first)."""
+        topic_name(tenant, namespace, topic)
         return RestError(405, f"{what} on a non-persistent topic is not allowed")
 
     @router.get(_TOPIC + "/lastMessageId")
     async def last_message_id(tenant: str, namespace: str, topic: str) -> Any:
         """Refused: nothing is stored."""
-        topic_name(tenant, namespace, topic)
-        raise refuse("GetLastMessageId")
+        raise refused("GetLastMessageId", tenant, namespace, topic)
 
     @router.post(_TOPIC + "/subscription/{sub}/skip/{n}")
     @router.post(_TOPIC + "/subscription/{sub}/skip_all")
     async def skip(tenant: str, namespace: str, topic: str, sub: str) -> Any:
         """Refused: there is no backlog."""
-        topic_name(tenant, namespace, topic)
-        raise refuse("Skip messages")
+        raise refused("Skip messages", tenant, namespace, topic)
 
     @router.post(_TOPIC + "/subscription/{sub}/expireMessages/{seconds}")
     @router.post(_TOPIC + "/all_subscription/expireMessages/{seconds}")
     async def expire(tenant: str, namespace: str, topic: str) -> Any:
         """Refused: there is no backlog."""
-        topic_name(tenant, namespace, topic)
-        raise refuse("Expiry messages")
+        raise refused("Expiry messages", tenant, namespace, topic)
 
     @router.post(_TOPIC + "/subscription/{sub}/resetcursor/{timestamp}")
     @router.post(_TOPIC + "/subscription/{sub}/resetcursor")
     async def reset_cursor(tenant: str, namespace: str, topic: str, sub: str) -> Any:
         """Refused: there is no cursor."""
-        topic_name(tenant, namespace, topic)
-        raise refuse("Reset-cursor")
+        raise refused("Reset-cursor", tenant, namespace, topic)
 
     return router
 

@@ -8,6 +8,7 @@ Subscription operations are in ``admin.routes_subscriptions``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
@@ -48,15 +49,6 @@ def topic_routes(service: BrokerService) -> APIRouter:
     router = APIRouter(tags=["persistent topic"])
     resolve = Resolver(service)
     store = service.policies
-
-    def check_partitions(n: int) -> int:
-        if not 0 < n <= MAX_PARTITIONS:
-            raise RestError(
-                406,
-                f"The number of partitions should be more than 0 and less than or equal to "
-                f"{MAX_PARTITIONS}",
-            )
-        return n
 
     # --- lists ---------------------------------------------------------------------------
     @router.get(_NS)
@@ -108,16 +100,7 @@ def topic_routes(service: BrokerService) -> APIRouter:
     ) -> Response:
         """Create a partitioned topic with ``partitions`` partitions (body: the number)."""
         name = resolve.topic_name(tenant, namespace, topic)
-        check_partitions(partitions)
-        if resolve.partitions(name) > 0 or resolve.exists(name):
-            raise RestError(409, "This topic already exists")
-        if name.partition_index >= 0:
-            raise RestError(412, "A partitioned topic's name cannot end with -partition-N")
-        try:
-            service.create_partitioned_topic(name, partitions)
-        except BrokerError as exc:
-            raise as_rest_error(exc) from None
-        return no_content()
+        return create_partitioned_topic(service, name, partitions, exists=resolve.exists)
 
     @router.post(_TOPIC + "/partitions", status_code=204)
     async def update_partitioned(
@@ -125,14 +108,7 @@ def topic_routes(service: BrokerService) -> APIRouter:
     ) -> Response:
         """Grow a partitioned topic (shrinking is refused)."""
         name = resolve.topic_name(tenant, namespace, topic)
-        check_partitions(partitions)
-        current = resolve.partitions(name)
-        if current == 0:
-            raise RestError(409, "Partitioned topic does not exist")
-        if partitions <= current:
-            raise RestError(409, "Number of partitions can only grow")
-        service.update_partitioned_topic(name, partitions)
-        return no_content()
+        return grow_partitioned_topic(service, name, partitions)
 
     @router.get(_TOPIC + "/partitions")
     async def get_partitions(tenant: str, namespace: str, topic: str) -> dict[str, int]:
@@ -327,6 +303,52 @@ def topic_routes(service: BrokerService) -> APIRouter:
         return no_content()
 
     return router
+
+
+# --- partitioned-topic metadata, for both domains ---------------------------------------------
+def check_partitions(n: int) -> int:
+    """``n`` if it is a partition count this broker accepts, else 406."""
+    if not 0 < n <= MAX_PARTITIONS:
+        raise RestError(
+            406,
+            f"The number of partitions should be more than 0 and less than or equal to "
+            f"{MAX_PARTITIONS}",
+        )
+    return n
+
+
+def create_partitioned_topic(
+    service: BrokerService,
+    name: TopicName,
+    partitions: int,
+    *,
+    exists: Callable[[TopicName], bool],
+) -> Response:
+    """PUT ``.../partitions``: 406 for a bad count, 409 when ``name`` is a partitioned topic or
+    ``exists`` (as a non-partitioned one), 412 for a partition's name."""
+    check_partitions(partitions)
+    if service.partitions_of(name) > 0 or exists(name):
+        raise RestError(409, "This topic already exists")
+    if name.partition_index >= 0:
+        raise RestError(412, "A partitioned topic's name cannot end with -partition-N")
+    try:
+        service.create_partitioned_topic(name, partitions)
+    except BrokerError as exc:
+        raise as_rest_error(exc) from None
+    return no_content()
+
+
+def grow_partitioned_topic(service: BrokerService, name: TopicName, partitions: int) -> Response:
+    """POST ``.../partitions``: 406 for a bad count, 409 unless ``name`` is partitioned and
+    ``partitions`` more than it has."""
+    check_partitions(partitions)
+    current = service.partitions_of(name)
+    if current == 0:
+        raise RestError(409, "Partitioned topic does not exist")
+    if partitions <= current:
+        raise RestError(409, "Number of partitions can only grow")
+    service.update_partitioned_topic(name, partitions)
+    return no_content()
 
 
 _SUMMED = (
