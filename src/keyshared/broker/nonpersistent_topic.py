@@ -31,6 +31,8 @@ from keyshared.broker.topic_common import (
     ProducerRegistry,
     attach_consumer,
     consumer_stats,
+    disconnect_all,
+    drop_if_unused,
     producer_stats,
     unsubscribe,
 )
@@ -111,14 +113,11 @@ class NonPersistentSubscription:
             self.dispatcher.remove_consumer(consumer)
             self.msg_out_from_removed += consumer.msg_out_counter
             self.bytes_out_from_removed += consumer.bytes_out_counter
-        if not self.consumers and not self.durable:
-            self.topic.remove_subscription(self.name)
+        drop_if_unused(self.topic, self)
 
     def disconnect_all(self) -> None:
         """Close every consumer (the clients reconnect)."""
-        for c in list(self.consumers):
-            c.transport.close_consumer(c)
-            self.remove_consumer(c)
+        disconnect_all(self)
 
     def acknowledge(self, consumer: Consumer, cumulative: bool, items: Sequence[AckItem]) -> None:
         """Accepted and ignored: nothing is kept to acknowledge."""

@@ -13,7 +13,7 @@ from keyshared.broker.dispatch.base import Dispatcher, Scheduler
 from keyshared.broker.dispatch.shared import SharedDispatcher
 from keyshared.broker.dispatch.single_active import SingleActiveDispatcher
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.topic_common import consumer_stats
+from keyshared.broker.topic_common import consumer_stats, disconnect_all, drop_if_unused
 from keyshared.config import BrokerConfig
 from keyshared.storage.cursor import ManagedCursor
 from keyshared.storage.position import Position
@@ -107,14 +107,11 @@ class Subscription:
         consumer.closed = True
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
-        if not self.consumers and not self.durable:
-            self.topic.remove_subscription(self.name)
+        drop_if_unused(self.topic, self)
 
     def disconnect_all(self) -> None:
         """Close every consumer (they re-subscribe), as Pulsar does on seek and reset-cursor."""
-        for c in list(self.consumers):
-            c.transport.close_consumer(c)
-            self.remove_consumer(c)
+        disconnect_all(self)
 
     # --- acks ----------------------------------------------------------------------------
     def acknowledge(self, consumer: Consumer, cumulative: bool, items: Sequence[AckItem]) -> None:

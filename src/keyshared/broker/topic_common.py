@@ -87,10 +87,23 @@ def attach_consumer(topic: _Topic, sub: _Subscription, consumer: Consumer) -> Co
     try:
         sub.add_consumer(consumer)
     except BrokerError:
-        if not sub.consumers and not sub.durable:
-            topic.remove_subscription(sub.name)
+        drop_if_unused(topic, sub)
         raise
     return consumer
+
+
+def drop_if_unused(topic: _Topic, sub: _Subscription) -> None:
+    """A non-durable subscription (a reader's) goes with its last consumer."""
+    if not sub.consumers and not sub.durable:
+        topic.remove_subscription(sub.name)
+
+
+def disconnect_all(sub: _Subscription) -> None:
+    """Close every consumer of ``sub`` on its connection (the clients re-subscribe) and
+    detach it."""
+    for c in list(sub.consumers):
+        c.transport.close_consumer(c)
+        sub.remove_consumer(c)
 
 
 def unsubscribe(topic: _Topic, name: str, consumer: Consumer | None) -> None:
