@@ -15,10 +15,23 @@ redelivery). The seed's rule alone frees the new consumer as soon as the mark-de
 reaches the last sent position while an older consumer may still hold an individually sent entry
 of a key the new one took over; the new consumer then receives newer entries of that key before
 the older one is processed (seen with key-based batches under churn). Entries of other hashes do
-not hold it back, so an unrelated slow consumer cannot stall it. Pulsar 4.x's classic dispatcher uses the cursor's *read position* instead, which is
+not hold it back, so an unrelated slow consumer cannot stall it.
+
+Also beyond the seed and Pulsar: while restricted, it receives no entry of a hash it took over
+as long as an entry of that hash that another consumer held when it joined is still held there.
+What it may receive while restricted (entries at or before its join position) were all sent
+before it joined, so they come back as redeliveries (a nack, a consumer leaving); without this
+it got them while the older consumer still processed an earlier entry of the key, and got that
+earlier one after them if that consumer left too (found by the simulation, tests/sim).
+
+Pulsar 4.x's classic dispatcher uses the cursor's *read position* instead, which is
 wrong in the two timelines of that seed (entries read but not yet dispatched, and entries
 queued for replay without any consumer action). ``join_position="read"`` keeps that older rule
-so tests can show the difference; it is not meant for use.
+(without the hash hold-back) so tests can show the difference; it is not meant for use.
+
+What this still does not guarantee: a hash that moves because its owner *leaves* goes to its
+new owner at once (no draining, as in Pulsar's classic); if a third consumer still holds
+entries of it from before an earlier join, the new owner may get the key while they are held.
 """
 
 from __future__ import annotations
@@ -57,9 +70,9 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         self.join_position = join_position
         self.recently_joined: dict[Consumer, Position] | None = None if allow_out_of_order else {}
         self.joined_at: dict[Consumer, Position] = {}
-        # Per recently joined consumer: the entries beyond its join position, of the hashes it
-        # took over, that other consumers held when it joined, with their holder, in order.
-        self.held_at_join: dict[Consumer, deque[tuple[Position, Consumer]]] = {}
+        # Per recently joined consumer, per hash it took over: the entries of that hash other
+        # consumers held when it joined, with their holder, in order.
+        self.held_at_join: dict[Consumer, dict[int, deque[tuple[Position, Consumer]]]] = {}
         self.last_sent: Position | None = None
         self.individually_sent = RangeSet()
         # After a replay round that sent nothing, skip the replay once to read ahead. It is
@@ -120,14 +133,16 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         if self.recently_joined is not None and len(self.consumers) > 1 and self._in_flight():
             self.recently_joined[consumer] = joined
             select = self.selector.select
-            held = sorted(
-                (pos, other)
+            held: dict[int, deque[tuple[Position, Consumer]]] = {}
+            for pos, h, holder in sorted(
+                (pos, pa.key_hash, other)
                 for other in self.consumers
                 if other is not consumer and other.pending_acks
                 for pos, pa in other.pending_acks.items()
-                if pos > joined and select(pa.key_hash) is consumer
-            )
-            self.held_at_join[consumer] = deque(held)
+                if select(pa.key_hash) is consumer
+            ):
+                held.setdefault(h, deque()).append((pos, holder))
+            self.held_at_join[consumer] = held
 
     def _in_flight(self) -> bool:
         """Whether an entry after the mark-delete position was read (and is not acked).
@@ -192,12 +207,21 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         return pruned
 
     def _still_held(self, consumer: Consumer) -> bool:
-        """Whether an entry sent beyond ``consumer``'s join position is still held by another.
+        """Whether an entry of a hash ``consumer`` took over is still held by its old holder."""
+        held = self.held_at_join.get(consumer)
+        if not held:
+            return False
+        return any([self._hash_held(consumer, h) for h in list(held)])
+
+    def _hash_held(self, consumer: Consumer, key_hash: int) -> bool:
+        """Whether an entry of ``key_hash`` that another consumer held when ``consumer`` joined
+        is still held by it.
 
         Entries leave the front once acked or handed back; one still held stops the walk, so
         each entry is looked at once after it leaves: O(1) amortized per check."""
-        held = self.held_at_join.get(consumer)
-        if not held:
+        by_hash = self.held_at_join.get(consumer)
+        held = by_hash.get(key_hash) if by_hash else None
+        if held is None:
             return False
         while held:
             pos, holder = held[0]
@@ -205,6 +229,8 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             if pending is not None and pos in pending and holder in self.consumers:
                 return True
             held.popleft()
+        assert by_hash is not None
+        del by_hash[key_hash]
         return False
 
     # --- reads -------------------------------------------------------------------------------
@@ -245,9 +271,8 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             by_consumer.setdefault(c, []).append((entry, h))
         out: list[tuple[Consumer, list[Entry]]] = []
         for c, items in by_consumer.items():
-            allowed = self._restricted_max(c, items, read_type)
-            chosen = [e for e, _ in items[:allowed]]
-            for e, h in items[allowed:]:
+            chosen, rest = self._choose(c, items, read_type)
+            for e, h in rest:
                 self.add_to_replay(e.position, h)
             if chosen:
                 out.append((c, chosen))
@@ -259,31 +284,43 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             self._stuck_on_replays = True
         return out
 
-    def _restricted_max(self, c: Consumer, items: list[tuple[Entry, int]], read_type: str) -> int:
+    def _choose(
+        self, c: Consumer, items: list[tuple[Entry, int]], read_type: str
+    ) -> tuple[list[Entry], list[tuple[Entry, int]]]:
+        """What ``c`` gets of ``items`` (its entries, in order) now, and what waits."""
         m = min(len(items), c.dispatch_permits())
         if m <= 0:
-            return 0
+            return [], items
         if (
             self.orders_by_key()
             and read_type == NORMAL
             and any(self.replay.contains_hash(h) for _, h in items)
         ):
-            return 0
+            return [], items
         joined = self.recently_joined
         if not joined:
-            return m
+            return [e for e, _ in items[:m]], items[m:]
         self._prune_recently_joined()
         max_pos = joined.get(c)
         if max_pos is None:
-            return m
+            return [e for e, _ in items[:m]], items[m:]
         if read_type == REPLAY:
             max_pos = min(max_pos, next(iter(joined.values())))
-        allowed = 0
-        for e, _ in items[:m]:
-            if e.position > max_pos:
-                break
-            allowed += 1
-        return allowed
+        # Restricted: only entries at or before the join position, which were all sent before
+        # it joined, so these are redeliveries; and none of a hash it took over while an entry
+        # of that hash is still with the consumer that held it at the join (beyond the seed:
+        # else c gets a key's later entry while an earlier one is still being processed, and
+        # gets the earlier one after it if that consumer leaves). The "read" rule is left as
+        # the seed shows it.
+        hold = self.join_position == "last_sent"
+        chosen: list[Entry] = []
+        rest: list[tuple[Entry, int]] = []
+        for e, h in items:
+            if len(chosen) < m and e.position <= max_pos and not (hold and self._hash_held(c, h)):
+                chosen.append(e)
+            else:
+                rest.append((e, h))
+        return chosen, rest
 
     # --- stats ---------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
