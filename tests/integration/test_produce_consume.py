@@ -359,6 +359,9 @@ def test_unknown_topic_stats_is_404(broker: BrokerProcess) -> None:
 
 
 def test_restart_keeps_messages_and_positions(fresh_broker: BrokerProcess, topic: str) -> None:
+    # Keep consumed ledgers: under the default retention the reader below would race with
+    # the deletion of the ledger every message of which "dur" has acked.
+    fresh_broker.conf.update(defaultRetentionTimeInMinutes=-1, defaultRetentionSizeInMB=-1)
     fresh_broker.start()
     client = make_client(fresh_broker.service_url)
     consumer = client.subscribe(topic, "dur", consumer_type=pulsar.ConsumerType.Shared)
