@@ -62,13 +62,14 @@ KEY_A, KEY_B = _keys_for_timeline()
 class Timeline:
     """A Key_Shared subscription on an in-memory ledger, driven step by step."""
 
-    def __init__(self, join_position: str) -> None:
+    def __init__(self, join_position: str, *, consistent_hashing: bool = True) -> None:
         # A plain selector loop, whatever event-loop policy another test installed: the
         # timelines depend on the order in which callbacks run.
         self.loop = asyncio.SelectorEventLoop()
         asyncio.set_event_loop(self.loop)
         config = BrokerConfig()
         config.subscriptionKeySharedUseClassicPersistentImplementation = True
+        config.subscriptionKeySharedUseConsistentHashing = consistent_hashing
         # One read takes all that is there, as in the seed's timelines.
         config.dispatcherMinReadBatchSize = 100
         self.topic = SimTopic(config)
@@ -322,5 +323,42 @@ def test_join_waits_for_what_others_hold_of_its_keys_at_or_before_the_join() -> 
         assert t.positions_of("c3", KEY_A) == [], "c1 still holds key-a's earlier entry"
         t.leave("c1")
         assert t.positions_of("c3", KEY_A) == [a0, a1]
+    finally:
+        t.close()
+
+
+def test_a_key_moved_by_a_leave_waits_for_what_its_earlier_owner_holds() -> None:
+    """Beyond the seed and Pulsar (found while checking the simulation's exclusivity for
+    classic): a hash moved by a *leave* goes to its new owner at once. Auto-split ranges: c2
+    takes key-h from c1, which holds h0 and h1; c1 nacks h1; c3 and c4 split the other ranges;
+    c2 leaves and its range goes to the consumer above it, c4, no longer restricted for key-h.
+    c4 took h1 while c1 still held h0, and h0 after it once c1 left."""
+    t = Timeline("last_sent", consistent_hashing=False)
+    try:
+        # c2 gets [0, 32768], c3 [0, 16384], c4 (32768, 49152]: key-h in (16384, 32768].
+        key = next(
+            k
+            for k in (f"h{i}" for i in range(10_000))
+            if 16384 < sticky_key_hash(k.encode()) % 65536 <= 32768
+        )
+        received: dict[str, list[Position]] = {}
+
+        def on_messages(consumer: Consumer, messages: Sequence[OutboundMessage]) -> None:
+            for m in messages:
+                received.setdefault(consumer.consumer_name, []).append(m.entry.position)
+
+        t._on_messages = on_messages  # type: ignore[method-assign]
+        c1 = t.join("c1", 1000)
+        h0 = t.publish(key)
+        h1 = t.publish(key)
+        t.join("c2", 1000)  # key-h moves to c2
+        t.sub.redeliver_unacknowledged(c1, [h1])
+        t.settle()
+        t.join("c3", 1000)
+        t.join("c4", 1000)
+        t.leave("c2")  # key-h moves to c4
+        assert received.get("c4", []) == [], "c1 still holds key-h's earlier entry"
+        t.leave("c1")
+        assert received["c4"] == [h0, h1]
     finally:
         t.close()

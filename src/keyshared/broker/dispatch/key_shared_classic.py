@@ -17,21 +17,20 @@ of a key the new one took over; the new consumer then receives newer entries of 
 the older one is processed (seen with key-based batches under churn). Entries of other hashes do
 not hold it back, so an unrelated slow consumer cannot stall it.
 
-Also beyond the seed and Pulsar: while restricted, it receives no entry of a hash it took over
-as long as an entry of that hash that another consumer held when it joined is still held there.
-What it may receive while restricted (entries at or before its join position) were all sent
-before it joined, so they come back as redeliveries (a nack, a consumer leaving); without this
-it got them while the older consumer still processed an earlier entry of the key, and got that
-earlier one after them if that consumer left too (found by the simulation, tests/sim).
+Also beyond the seed and Pulsar: when a join or a leave moves a hash away from a consumer that
+holds entries of it, nobody else receives an entry of that hash until those entries have left
+it (acked, or handed back). A restricted consumer receives only entries at or before its join
+position, all sent before it joined: redeliveries (a nack, a consumer leaving). Without this it
+got them while an older consumer still processed an earlier entry of the key, and that earlier
+one after them if that consumer left too; and a hash moved by a leave went at once to a
+consumer no longer restricted, with the same result (the first found by the simulation in
+tests/sim, the second by a timeline built while asking why the simulation had not found it).
 
 Pulsar 4.x's classic dispatcher uses the cursor's *read position* instead, which is
 wrong in the two timelines of that seed (entries read but not yet dispatched, and entries
 queued for replay without any consumer action). ``join_position="read"`` keeps that older rule
-(without the hash hold-back) so tests can show the difference; it is not meant for use.
-
-What this still does not guarantee: a hash that moves because its owner *leaves* goes to its
-new owner at once (no draining, as in Pulsar's classic); if a third consumer still holds
-entries of it from before an earlier join, the new owner may get the key while they are held.
+(without the hold-back of moved hashes) so tests can show the difference; it is not meant for
+use.
 """
 
 from __future__ import annotations
@@ -73,6 +72,9 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         # Per recently joined consumer, per hash it took over: the entries of that hash other
         # consumers held when it joined, with their holder, in order.
         self.held_at_join: dict[Consumer, dict[int, deque[tuple[Position, Consumer]]]] = {}
+        # Per hash: entries held by a consumer that no longer owns the hash (a join or a leave
+        # moved it away), with their holder. No one else gets the hash while one is held.
+        self.stranded: dict[int, dict[Position, Consumer]] = {}
         self.last_sent: Position | None = None
         self.individually_sent = RangeSet()
         # After a replay round that sent nothing, skip the replay once to read ahead. It is
@@ -143,6 +145,7 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             ):
                 held.setdefault(h, deque()).append((pos, holder))
             self.held_at_join[consumer] = held
+        self._strand()
 
     def _in_flight(self) -> bool:
         """Whether an entry after the mark-delete position was read (and is not acked).
@@ -170,7 +173,40 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         if not self.consumers:
             self.last_sent = None
             self.individually_sent.clear()
+        self._strand()
         self.read_more()
+
+    def _strand(self) -> None:
+        """After a join or a leave: the entries whose holder no longer owns their hash.
+
+        Owners change only here, so between two calls the set only shrinks (entries acked or
+        handed back): built afresh each time, it never keeps what left."""
+        if self.recently_joined is None or self.join_position != "last_sent":
+            return  # allowOutOfOrderDelivery; or the seed's rule, kept as it was
+        select = self.selector.select
+        stranded: dict[int, dict[Position, Consumer]] = {}
+        self.stranded = stranded
+        for holder in self.consumers:
+            for pos, pa in (holder.pending_acks or {}).items():
+                if select(pa.key_hash) is not holder:
+                    stranded.setdefault(pa.key_hash, {})[pos] = holder
+
+    def _held_elsewhere(self, consumer: Consumer, key_hash: int) -> bool:
+        """Whether a consumer other than ``consumer`` still holds a stranded entry of the hash."""
+        entries = self.stranded.get(key_hash)
+        if entries is None:
+            return False
+        blocked = False
+        for pos, holder in list(entries.items()):
+            pending = holder.pending_acks
+            if pending is None or pos not in pending or holder not in self.consumers:
+                del entries[pos]
+            elif holder is not consumer:
+                blocked = True
+                break
+        if not entries:
+            del self.stranded[key_hash]
+        return blocked
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Any] | None) -> None:
         """Nack / ack timeout: what comes back may go at once, so the replay is not skipped."""
@@ -182,6 +218,7 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         super().reset()
         self.last_sent = None
         self.individually_sent.clear()
+        self.stranded.clear()
         self._stuck_on_replays = False
 
     def on_mark_delete_moved(self, mark_delete: Position) -> None:
@@ -298,25 +335,26 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         ):
             return [], items
         joined = self.recently_joined
-        if not joined:
-            return [e for e, _ in items[:m]], items[m:]
-        self._prune_recently_joined()
-        max_pos = joined.get(c)
-        if max_pos is None:
-            return [e for e, _ in items[:m]], items[m:]
-        if read_type == REPLAY:
+        if joined:
+            self._prune_recently_joined()
+        max_pos = joined.get(c) if joined else None
+        if max_pos is not None and joined and read_type == REPLAY:
             max_pos = min(max_pos, next(iter(joined.values())))
-        # Restricted: only entries at or before the join position, which were all sent before
-        # it joined, so these are redeliveries; and none of a hash it took over while an entry
-        # of that hash is still with the consumer that held it at the join (beyond the seed:
-        # else c gets a key's later entry while an earlier one is still being processed, and
-        # gets the earlier one after it if that consumer leaves). The "read" rule is left as
-        # the seed shows it.
-        hold = self.join_position == "last_sent"
+        if max_pos is None and not self.stranded:
+            return [e for e, _ in items[:m]], items[m:]
+        # Restricted: only entries at or before the join position (all sent before it joined,
+        # so these are redeliveries). Beyond the seed, for everyone: no entry of a hash while
+        # an entry of it is still with a consumer the hash moved away from (else c gets a
+        # key's later entry while an earlier one is still being processed, and the earlier
+        # one after it if that consumer leaves).
         chosen: list[Entry] = []
         rest: list[tuple[Entry, int]] = []
         for e, h in items:
-            if len(chosen) < m and e.position <= max_pos and not (hold and self._hash_held(c, h)):
+            if (
+                len(chosen) < m
+                and (max_pos is None or e.position <= max_pos)
+                and not self._held_elsewhere(c, h)
+            ):
                 chosen.append(e)
             else:
                 rest.append((e, h))
