@@ -4,6 +4,7 @@
 .venv/bin/python -m tests.sim --seed 123 --shrink     # shortest failing prefix, traced
 .venv/bin/python -m tests.sim --seeds 50000           # many seeds, report failures
 .venv/bin/python -m tests.sim --seeds 1000 --start 7000
+.venv/bin/python -m tests.sim --seeds 60000 --dispatcher classic   # the classic third of them
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import sys
 import time
 
-from tests.sim.simulator import SimFailure, run_seed, shrink
+from tests.sim.simulator import SimFailure, is_classic, run_seed, shrink
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shrink", action="store_true", help="find the shortest failing prefix")
     ap.add_argument("--seeds", type=int, default=0, help="run this many seeds")
     ap.add_argument("--start", type=int, default=0, help="first seed of --seeds")
+    ap.add_argument(
+        "--dispatcher",
+        choices=("classic", "pip379"),
+        help="of --seeds, only those that draw this dispatcher",
+    )
     args = ap.parse_args(argv)
 
     if args.seed is not None:
@@ -50,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
     failed: list[SimFailure] = []
     t0 = time.perf_counter()
-    for seed in range(args.start, args.start + args.seeds):
+    seeds = [
+        s
+        for s in range(args.start, args.start + args.seeds)
+        if args.dispatcher is None or is_classic(s) == (args.dispatcher == "classic")
+    ]
+    for seed in seeds:
         try:
             run_seed(seed, args.steps, trace=False)
         except SimFailure:
@@ -62,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"FAIL seed {seed}: {failure.message.splitlines()[0]}\n  {failure.replay_command}"
                 )
     took = time.perf_counter() - t0
-    print(f"{args.seeds - len(failed)} passed, {len(failed)} failed in {took:.1f}s")
+    print(f"{len(seeds) - len(failed)} passed, {len(failed)} failed in {took:.1f}s")
     return 1 if failed else 0
 
 

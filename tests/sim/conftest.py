@@ -1,10 +1,14 @@
 """Which seeds the simulation runs, from the environment.
 
-* default: seeds ``0 .. 9999``, in chunks of :data:`CHUNK` (one test each, so progress shows
-  and no single test nears the suite's timeout);
+* default: seeds ``0 .. 14999``, in chunks of :data:`CHUNK` (one test each, so progress shows
+  and no single test nears the suite's timeout); about 10,000 of them run the PIP-379
+  dispatcher (the same schedules as when all 10,000 seeds did) and 5,000 the classic one;
 * ``SIM_SEEDS=N``: seeds ``SIM_START .. SIM_START+N-1`` (``SIM_START`` defaults to 0);
 * ``SIM_SEED=S``: that one seed (replaying a failure), traced;
-* ``SIM_STEPS=K``: every seed's schedule cut to its first ``K`` steps (shrinking by hand).
+* ``SIM_STEPS=K``: every seed's schedule cut to its first ``K`` steps (shrinking by hand);
+* ``SIM_DISPATCHER=classic`` (or ``pip379``): of those seeds, only the ones that draw that
+  dispatcher (about a third of the seeds draw classic: ``simulator.is_classic``). A seed's
+  dispatcher is fixed by the seed, so ``SIM_SEED=S`` alone replays it.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 
 import pytest
 
-DEFAULT_SEEDS = 10_000
+DEFAULT_SEEDS = 15_000
 CHUNK = 500
 
 
@@ -36,6 +40,14 @@ def seed_chunks() -> list[range]:
 def sim_steps() -> int | None:
     """The ``SIM_STEPS`` override, if any."""
     return _env_int("SIM_STEPS")
+
+
+def sim_dispatcher() -> str | None:
+    """The ``SIM_DISPATCHER`` filter: ``classic``, ``pip379`` or None (both)."""
+    raw = os.environ.get("SIM_DISPATCHER", "").strip().lower()
+    if raw not in ("", "classic", "pip379"):
+        raise ValueError(f"SIM_DISPATCHER={raw!r}: want classic or pip379")
+    return raw or None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

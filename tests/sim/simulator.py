@@ -1,6 +1,12 @@
 """A seeded simulation of one Key_Shared subscription: the real dispatcher, subscription and cursor,
 driven through random schedules and checked by an oracle after every step.
 
+The dispatcher is PIP-379's (``key_shared.py``) or, for about one seed in three
+(:func:`is_classic`, drawn apart from the schedule's stream so the other seeds keep their
+schedules), the classic PIP-282 one (``key_shared_classic.py``,
+``subscriptionKeySharedUseClassicPersistentImplementation=true``), under the same schedules and
+the same checks (see below for what differs).
+
 One seed fixes everything: the subscription's settings (AUTO_SPLIT with consistent hashing or
 range auto-split, allowOutOfOrderDelivery, or STICKY ranges; look-ahead and unacked limits, read
 batch sizes, backoff, the PIP-299 pause, ledger size), the keys, and a schedule of steps. A step
@@ -30,6 +36,15 @@ What the checks are (``check_delivery`` on every MESSAGE, ``check_step`` after e
   mark-delete position reaches the last entry, and nothing stays queued, draining or counted as
   unacked.
 
+Classic seeds get every check above, exclusivity included, and two of their own: a recently
+joined consumer never receives an entry beyond its join position, and at rest no consumer is
+still recently joined. Classic has no draining hashes and no look-ahead limits, so there is
+nothing of those to check (``draining`` is None). Exclusivity and per-consumer order hold for
+classic only thanks to what ours does beyond PIP-282 and Pulsar (its module docstring): without
+it a restricted consumer gets redeliveries of a key while the consumer the key moved away from
+still holds earlier entries of it, and a key moved by a leave goes to a consumer no longer
+restricted, likewise; test_sim_oracle checks the simulation notices.
+
 Determinism: all randomness comes from one ``random.Random(seed)``; the loop is virtual; nothing
 iterates a set whose order depends on string hashing or object addresses when choosing. The same
 seed replays the same schedule in any process (a test checks it under another PYTHONHASHSEED).
@@ -47,6 +62,7 @@ from typing import Any, cast
 
 from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, SubType
 from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
+from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from keyshared.broker.subscription import AckItem, Subscription
 from keyshared.config import BrokerConfig
 from keyshared.storage import batch_ack
@@ -58,6 +74,15 @@ from tests.sim.world import InjectedReadError, SimTopic, SimTransport, payload, 
 
 REPLAY_HINT = "SIM_SEED={seed}{steps} .venv/bin/python -m pytest tests/sim -q"
 MAX_CONSUMERS = 5
+# The share of seeds that run the classic (PIP-282) dispatcher. Drawn from a stream of its own,
+# so every other seed keeps the schedule it had before classic seeds existed.
+CLASSIC_SHARE = 1 / 3
+CLASSIC_SALT = 0x282_C1A5
+
+
+def is_classic(seed: int) -> bool:
+    """Whether ``seed`` runs the classic dispatcher (a function of the seed alone)."""
+    return random.Random(seed ^ CLASSIC_SALT).random() < CLASSIC_SHARE
 
 
 class SimFailure(AssertionError):
@@ -131,6 +156,9 @@ class Params:
     pause_on_ack_state: bool
     max_ranges_to_persist: int
     weights: dict[str, float]
+    # subscriptionKeySharedUseClassicPersistentImplementation: set from the seed by
+    # :func:`is_classic`, not drawn from the schedule's stream.
+    classic: bool = False
 
     @classmethod
     def draw(cls, rng: random.Random) -> Params:
@@ -196,6 +224,7 @@ class Params:
             dispatcherRetryBackoffMaxTimeInMs=self.backoff_ms[1],
             dispatcherPauseOnAckStatePersistentEnabled=self.pause_on_ack_state,
             managedLedgerMaxUnackedRangesToPersist=self.max_ranges_to_persist,
+            subscriptionKeySharedUseClassicPersistentImplementation=self.classic,
         )
 
 
@@ -259,6 +288,7 @@ class Simulation:
         self.seed = seed
         self.rng = random.Random(seed)
         self.params = Params.draw(self.rng)
+        self.params.classic = is_classic(seed)
         self.steps_override = steps
         if steps is not None:
             self.params.steps = steps
@@ -757,6 +787,8 @@ class Simulation:
 
     def check_key_order(self, c: Client, pos: Position, key: str) -> None:
         """Exclusivity and per-key order of one delivery (before it is recorded)."""
+        if self.params.classic:
+            self.check_classic_restriction(c, pos)
         for other in self.live:
             if other is not c and other.key_counts.get(key):
                 mine = sorted(p for p, h in other.held.items() if h.key == key)
@@ -779,6 +811,15 @@ class Simulation:
                     f"order: first delivery of {pos} of key {key} after {first} was delivered"
                 )
             self.first_max[key] = pos
+
+    def check_classic_restriction(self, c: Client, pos: Position) -> None:
+        """Classic: a recently joined consumer gets nothing beyond its join position."""
+        joined = cast("ClassicKeySharedDispatcher", self.sub.dispatcher).recently_joined
+        limit = joined.get(c.consumer) if joined else None
+        if limit is not None and pos > limit:
+            raise Violation(
+                f"classic: recently joined {c} got {pos} beyond its join position {limit}"
+            )
 
     # --- after every step ----------------------------------------------------------------------
     def check_step(self) -> None:
@@ -892,6 +933,9 @@ class Simulation:
                 )
             if disp.draining is not None and len(disp.draining):
                 raise self.fail(f"hashes still draining at rest: {dict(disp.draining.items())}")
+            if isinstance(disp, ClassicKeySharedDispatcher) and disp.recently_joined:
+                # Everything is acked, every join position too: nobody may stay restricted.
+                raise self.fail(f"classic: still recently joined at rest: {disp.recently_joined}")
         for c in self.live:
             if c.consumer.unacked_messages:
                 raise self.fail(

@@ -6,24 +6,27 @@ property (a bounded number: the seeds are fixed, so this is deterministic).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
 from keyshared.broker.dispatch.base import Dispatcher
 from keyshared.broker.dispatch.draining import DrainingHashesTracker
+from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from keyshared.broker.dispatch.shared import ReplayQueue, SharedDispatcher
 from keyshared.storage.cursor import ManagedCursor
-from tests.sim.simulator import SimFailure, run_seed
+from tests.sim.simulator import SimFailure, is_classic, run_seed
 
 BUDGET = 400
 
 
-def first_failure(expect: str, budget: int = BUDGET) -> SimFailure:
-    """The first seed failing with ``expect`` in its message."""
+def first_failure(
+    expect: str, budget: int = BUDGET, seeds: Iterable[int] | None = None
+) -> SimFailure:
+    """The first seed (of the first ``budget``, or of ``seeds``) failing with ``expect``."""
     seen: list[str] = []
-    for seed in range(budget):
+    for seed in range(budget) if seeds is None else seeds:
         try:
             run_seed(seed, trace=False)
         except SimFailure as failure:
@@ -71,3 +74,18 @@ def test_stale_reads_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Dispatcher, "forget_reads", forget_flags_only)
     monkeypatch.setattr(ManagedCursor, "_new_epoch", lambda self: None)
     first_failure("")
+
+
+def classic_seeds(start: int, stop: int) -> list[int]:
+    """The seeds of ``start .. stop - 1`` that run the classic dispatcher."""
+    return [s for s in range(start, stop) if is_classic(s)]
+
+
+def test_classic_without_the_moved_hash_hold_back_exclusivity_breaks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A consumer then gets entries of a key moved to it (redeliveries, while it is recently
+    # joined) while the consumer the key moved away from still holds earlier entries of it.
+    monkeypatch.setattr(ClassicKeySharedDispatcher, "_held_elsewhere", _never)
+    failure = first_failure("exclusivity", seeds=classic_seeds(0, 1300))
+    assert is_classic(failure.seed)

@@ -8,11 +8,12 @@ A failure names the seed and prints the one-line command that replays it
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 
 import pytest
 
-from tests.sim.conftest import sim_steps
-from tests.sim.simulator import SimFailure, run_seed
+from tests.sim.conftest import sim_dispatcher, sim_steps
+from tests.sim.simulator import SimFailure, is_classic, run_seed
 
 MAX_REPORTED = 3
 
@@ -20,20 +21,24 @@ MAX_REPORTED = 3
 def test_schedules(seeds: range) -> None:
     """Run each seed; report the first few failures, each with its replay command."""
     steps = sim_steps()
-    traced = len(seeds) == 1
+    only = sim_dispatcher()
+    chosen: Sequence[int] = (
+        seeds if only is None else [s for s in seeds if is_classic(s) == (only == "classic")]
+    )
+    traced = len(chosen) == 1
     failures: list[str] = []
     # Everything alive now (pytest, the modules) outlives the loop: keep the collector from
     # walking it again for every schedule's garbage.
     gc.freeze()
     try:
-        _run(seeds, steps, traced, failures)
+        _run(chosen, steps, traced, failures)
     finally:
         gc.unfreeze()
     if failures:
         pytest.fail("\n\n".join(failures), pytrace=False)
 
 
-def _run(seeds: range, steps: int | None, traced: bool, failures: list[str]) -> None:
+def _run(seeds: Sequence[int], steps: int | None, traced: bool, failures: list[str]) -> None:
     for seed in seeds:
         try:
             run_seed(seed, steps, trace=traced)
