@@ -230,6 +230,32 @@ def start(name: str, parent_dir: Path) -> RunningBroker:
     return broker
 
 
+# What a broker prints once everything is up (keyshared imports its web stack in a thread
+# after the binary port listens, then tunes the garbage collector).
+READY_LINES = {"keyshared": b"standalone ready in"}
+
+
+def wait_ready(broker: RunningBroker, timeout_s: float = LISTEN_TIMEOUT_S) -> float:
+    """Wait until ``broker`` says it is fully started; returns seconds from ``Popen``.
+
+    Throughput and latency runs measure a started broker, not its start-up (which has figures
+    of its own); a broker without a ready line is ready once it listens.
+    """
+    marker = READY_LINES.get(broker.name)
+    if marker is None:
+        return broker.listen_s
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        try:
+            if marker in broker.log_path.read_bytes():
+                return time.perf_counter() - broker.popen_at
+        except OSError:
+            pass
+        if broker.process.poll() is not None or time.perf_counter() > deadline:
+            raise BrokerStartError(f"{broker.name} never said it was ready:\n" + broker.log_tail())
+        time.sleep(0.01)
+
+
 def stop(broker: RunningBroker, keep_dir: bool = False) -> int | None:
     """Stop the broker by PID (SIGTERM, then SIGKILL), then delete its directory."""
     process = broker.process

@@ -196,7 +196,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "Throughput in msg/s: median (min) over runs. End-to-end = messages / (first send → "
         "last receive) with the consumer attached from the start; produce = first send → "
-        "last publish ack. Ratio = keyshared / pulsar-lite, medians.",
+        "last publish ack. Each run starts a fresh broker and begins once it is fully started "
+        "(keyshared: its `ready` line; start-up has its own table). "
+        "Ratio = keyshared / pulsar-lite, medians.",
         "",
     ]
     header = "| workload | size | batching | producers |"
@@ -231,7 +233,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [
             "",
             f"Publish latency, ms (send_async → ack callback), non-batched, paced at "
-            f"{meta['settings']['latency_rate']:,.0f} msg/s for {meta['settings']['latency_duration_s']} s: "
+            f"{meta['settings']['latency_rate']:,.0f} msg/s for {meta['settings']['latency_duration_s']} s "
+            f"after {meta['settings'].get('latency_warmup_s', 0)} s of warm-up, on a broker that said it "
+            "was ready: "
             "median (min) over runs.",
             "",
             "| size | broker | p50 | p99 | p99.9 | max | achieved msg/s |",

@@ -80,6 +80,7 @@ def throughput_run(
     record: dict[str, Any] = {"broker": name, "loadavg_before": load_average()}
     broker = brokers.start(name, scratch)
     record["listen_s"] = broker.listen_s
+    record["ready_s"] = brokers.wait_ready(broker)
     cpu_before = broker.cpu_seconds()
     topic = _topic("e2e")
     with_consumer = workload.subscription != "none"
@@ -240,6 +241,7 @@ def latency_run(
     """One paced-publish latency run against a fresh ``name`` broker."""
     record: dict[str, Any] = {"broker": name, "size": size, "loadavg_before": load_average()}
     broker = brokers.start(name, scratch)
+    record["ready_s"] = brokers.wait_ready(broker)
     slot = 1
     try:
         pool.send(
