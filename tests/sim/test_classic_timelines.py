@@ -15,6 +15,7 @@ import pytest
 
 from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, SubType
 from keyshared.broker.dispatch.base import LoopScheduler
+from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
 from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from keyshared.broker.dispatch.selectors import ConsistentHashingStickyKeyConsumerSelector
 from keyshared.broker.subscription import AckItem, Subscription
@@ -85,12 +86,17 @@ class Timeline:
             scheduler=scheduler,
         )
         self.sub.sub_type = SubType.Key_Shared
-        self.sub.dispatcher = ClassicKeySharedDispatcher(
-            self.sub,
-            scheduler,
-            mode="AUTO_SPLIT",
-            allow_out_of_order=False,
-            join_position=join_position,
+        # "pip379": the default dispatcher, for the few timelines both must pass.
+        self.sub.dispatcher = (
+            KeySharedDispatcher(self.sub, scheduler, mode="AUTO_SPLIT", allow_out_of_order=False)
+            if join_position == "pip379"
+            else ClassicKeySharedDispatcher(
+                self.sub,
+                scheduler,
+                mode="AUTO_SPLIT",
+                allow_out_of_order=False,
+                join_position=join_position,
+            )
         )
         self.received: dict[str, list[tuple[str, Position]]] = {}
         self.consumers: dict[str, Consumer] = {}
@@ -297,6 +303,26 @@ def test_a_stale_read_ahead_skip_does_not_strand_a_redelivery() -> None:
         assert isinstance(d, ClassicKeySharedDispatcher)
         assert t.positions_of("c1", KEY_A) == [a0, a1] and d.have_pending_read
         d._stuck_on_replays = True  # left over from an earlier round
+        t.sub.redeliver_unacknowledged(c1, [a0])
+        t.settle()
+        assert t.positions_of("c1", KEY_A) == [a0, a1, a0]
+    finally:
+        t.close()
+
+
+def test_pip379_a_stale_look_ahead_skip_does_not_strand_a_redelivery() -> None:
+    """The same hole in the PIP-379 dispatcher's skip-once flag (skipNextReplayToTriggerLook
+    Ahead): a flag left set is used up by the read a nack triggers while a normal read waits at
+    the tail, and the nacked entry waits for the next publish."""
+    t = Timeline("pip379")
+    try:
+        c1 = t.join("c1", 1000)
+        a0 = t.publish(KEY_A)
+        a1 = t.publish(KEY_A)
+        d = t.sub.dispatcher
+        assert isinstance(d, KeySharedDispatcher)
+        assert t.positions_of("c1", KEY_A) == [a0, a1] and d.have_pending_read
+        d._skip_next_replay = True  # left over from an earlier round
         t.sub.redeliver_unacknowledged(c1, [a0])
         t.settle()
         assert t.positions_of("c1", KEY_A) == [a0, a1, a0]

@@ -119,6 +119,9 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Detach ``consumer``; its entries are replayed and its draining hashes released."""
+        # What it held is queued now and may go at once: a skip-once flag left from an earlier
+        # round must not keep that replay behind a normal read waiting at the tail.
+        self._skip_next_replay = False
         impacted = self.selector.remove_consumer(consumer)
         draining = self.draining
         if draining is not None:
@@ -145,6 +148,7 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def redeliver(self, consumer: Consumer, positions: Sequence[Any] | None) -> None:
         """Nack / ack timeout: the entries leave the consumer (draining counts drop too)."""
+        self._skip_next_replay = False  # what comes back may go at once (see remove_consumer)
         pending = consumer.pending_acks
         if pending is not None and self.draining is not None:
             chosen = list(pending) if positions is None else [p for p in positions if p in pending]
@@ -155,6 +159,7 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def reset(self) -> None:
         """Cursor moved by hand: pending state is gone, so is draining."""
+        self._skip_next_replay = False
         super().reset()
         if self.draining is not None:
             self.draining.clear()
