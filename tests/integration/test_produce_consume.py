@@ -383,3 +383,43 @@ def test_restart_keeps_messages_and_positions(fresh_broker: BrokerProcess, topic
     reader = client.create_reader(topic, pulsar.MessageId.earliest)
     assert [reader.read_next(RECEIVE_MS).message_id() for _ in range(10)] == ids
     client.close()
+
+
+def test_chunked_messages_are_reassembled(fresh_broker: BrokerProcess, topic: str) -> None:
+    """A message over maxMessageSize is sent in chunks (the client splits, the broker stores
+    and dispatches each chunk as it is); consumers reassemble it. On Key_Shared every chunk of
+    a message routes by the same key (its own, else producerName-sequenceId), so one consumer
+    gets them all."""
+    fresh_broker.conf["maxMessageSize"] = 64 * 1024
+    fresh_broker.start()
+    client = make_client(fresh_broker.service_url)
+    exclusive = client.subscribe(topic, "whole", consumer_type=pulsar.ConsumerType.Exclusive)
+    key_shared = [
+        client.subscribe(
+            topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared, consumer_name=f"c{i}"
+        )
+        for i in range(2)
+    ]
+    producer = client.create_producer(topic, chunking_enabled=True, batching_enabled=False)
+    payloads = [bytes([i]) * (150 * 1024 + i) for i in range(6)]
+    for i, data in enumerate(payloads):
+        # Half keyed, half not (those route by producerName-sequenceId).
+        keyed = {"partition_key": f"k{i}"} if i % 2 else {}
+        producer.send(data, **keyed)
+    assert [m.data() for m in drain(exclusive, len(payloads))] == payloads
+    got: list[bytes] = []
+    for c in key_shared:
+        while True:
+            try:
+                msg = c.receive(timeout_millis=1500)
+            except pulsar.Timeout:
+                break
+            got.append(msg.data())
+            c.acknowledge(msg)
+    assert sorted(got) == sorted(payloads)
+    status, stats = fresh_broker.admin(
+        "GET", "/admin/v2/" + topic.replace("://", "/") + "/internalStats"
+    )
+    assert status == 200
+    assert stats["numberOfEntries"] >= 3 * len(payloads), "each message went as several chunks"
+    client.close()
