@@ -85,6 +85,8 @@ class BrokerConfig:
     keepAliveIntervalSeconds: int = 30
     # --- security ------------------------------------------------------------------------
     authenticationEnabled: bool = False
+    # How often a connection checks whether its credentials expired (then asks for new ones).
+    authenticationRefreshCheckSeconds: int = 60
     authenticationProviders: str = ""
     authorizationEnabled: bool = False
     superUserRoles: str = ""

@@ -244,6 +244,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             "tokenSecretKey": f"file://{key_file}",
             "authorizationEnabled": "true",
             "superUserRoles": ADMIN,
+            # Expiring tokens are looked at every second (Pulsar's default is 60).
+            "authenticationRefreshCheckSeconds": 1,
             "brokerServicePortTls": tls_port,
             "webServicePortTls": web_tls_port,
             "tlsCertificateFilePath": certs.cert,
@@ -444,6 +446,85 @@ def test_refresh_with_a_bad_token_closes_the_connection(secured: Secured) -> Non
         frames = raw.wait_closed(5.0)
     assert all(f.type != T.MESSAGE for f in frames)
     assert_no_leak(frames_text(frames))
+
+
+def expiring(role: str, seconds: float) -> str:
+    return token(role, exp=int(time.time() + seconds))
+
+
+def test_expired_token_is_challenged_and_a_fresh_one_keeps_the_connection(
+    secured: Secured,
+) -> None:
+    with raw_connection(secured, tls=False) as raw:
+        raw.send(commands.connect(auth_method_name="token", auth_data=expiring(ADMIN, 1).encode()))
+        raw.expect(T.CONNECTED)
+        challenge = raw.expect(T.AUTH_CHALLENGE, timeout=5.0).authChallenge.challenge
+        assert (challenge.auth_method_name, challenge.auth_data) == ("token", b"PulsarAuthRefresh")
+        raw.send(
+            commands.auth_response(
+                auth_method_name="token", auth_data=expiring(ADMIN, 600).encode()
+            )
+        )
+        time.sleep(2.5)  # two more checks: the fresh token holds
+        assert all(f.type != T.AUTH_CHALLENGE for f in raw.ping_pong())
+
+
+def test_expired_token_not_refreshed_closes_the_connection(secured: Secured) -> None:
+    with raw_connection(secured, tls=False) as raw:
+        raw.send(commands.connect(auth_method_name="token", auth_data=expiring(ADMIN, 1).encode()))
+        raw.expect(T.CONNECTED)
+        raw.expect(T.AUTH_CHALLENGE, timeout=5.0)
+        frames = raw.wait_closed(5.0)  # no answer by the next check
+    assert all(f.type != T.MESSAGE for f in frames)
+
+
+def test_client_that_cannot_refresh_is_closed_when_its_token_expires(secured: Secured) -> None:
+    with raw_connection(secured, tls=False) as raw:
+        raw.send(
+            commands.connect(
+                auth_method_name="token",
+                auth_data=expiring(ADMIN, 1).encode(),
+                supports_auth_refresh=False,
+            )
+        )
+        raw.expect(T.CONNECTED)
+        frames = raw.wait_closed(6.0)
+    assert all(f.type != T.AUTH_CHALLENGE for f in frames)
+
+
+def test_official_client_refreshes_an_expiring_token_on_the_same_connection(
+    secured: Secured,
+) -> None:
+    """A token supplier gives the client a fresh short-lived token whenever asked: the broker's
+    challenges are answered and the producer keeps its connection."""
+    calls: list[float] = []
+
+    def supplier() -> str:
+        calls.append(time.time())
+        return expiring(ADMIN, 1.5)
+
+    client = make_client(
+        secured.broker.service_url, authentication=pulsar.AuthenticationToken(supplier)
+    )
+    try:
+        topic = f"persistent://public/default/refresh-{uuid.uuid4().hex[:8]}"
+        producer = client.create_producer(topic, batching_enabled=False)
+        path = "/admin/v2/" + topic.replace("://", "/") + "/stats"
+
+        def connected_since() -> str:
+            status, stats, _ = secured.http("GET", path, role=ADMIN)
+            assert status == 200, stats
+            return str(stats["publishers"][0]["connectedSince"])
+
+        since = connected_since()
+        deadline = time.time() + 5
+        while time.time() < deadline:
+            producer.send(b"still here")
+            time.sleep(0.2)
+        assert len(calls) >= 3, "the broker asked for fresh credentials as they expired"
+        assert connected_since() == since, "the producer never had to reconnect"
+    finally:
+        client.close()
 
 
 # --- authorization on the binary port -----------------------------------------------------------

@@ -172,6 +172,11 @@ class TokenAuthenticator:
 
     def authenticate(self, method: str, data: bytes) -> str:
         """The role proved by a binary-protocol CONNECT or AUTH_RESPONSE (method ``token``)."""
+        return self.authenticate_session(method, data)[0]
+
+    def authenticate_session(self, method: str, data: bytes) -> tuple[str, float | None]:
+        """As :meth:`authenticate`, with when the credentials expire (the token's ``exp``, in
+        epoch seconds; None if it has none): the connection asks for fresh ones then."""
         if method != TOKEN_METHOD:
             # "none" (no credentials) lands here too: there is no anonymous role.
             raise _auth_error(f"Unsupported authentication method: {method or 'none'}")
@@ -179,7 +184,7 @@ class TokenAuthenticator:
             token = data.decode("ascii")
         except UnicodeDecodeError:
             raise _auth_error("Failed to authenticate: malformed token") from None
-        return self.authenticate_token(token)
+        return self._verify(token)
 
     def authenticate_http(self, authorization: str | None) -> str:
         """The role proved by an HTTP ``Authorization: Bearer <token>`` header."""
@@ -192,6 +197,9 @@ class TokenAuthenticator:
 
     def authenticate_token(self, token: str) -> str:
         """Verify ``token`` and return its role; BrokerError(AuthenticationError) otherwise."""
+        return self._verify(token)[0]
+
+    def _verify(self, token: str) -> tuple[str, float | None]:
         # Pulsar's clients may prefix the token the way the HTTP header does.
         if token.startswith("Bearer "):
             token = token[len("Bearer ") :]
@@ -220,7 +228,8 @@ class TokenAuthenticator:
         role = claims.get(self.auth_claim)
         if not isinstance(role, str) or not role:
             raise _auth_error("Failed to authenticate: token has no role claim")
-        return role
+        exp = claims.get("exp")
+        return role, float(exp) if isinstance(exp, (int, float)) else None
 
 
 def _has_audience(claim: object, audience: str) -> bool:

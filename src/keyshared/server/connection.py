@@ -18,12 +18,14 @@ from keyshared.broker.topic import Producer
 from keyshared.protocol import (
     FrameDecoder,
     ProtocolError,
+    commands,
     encode_command,
     encode_message_header,
     encode_send_receipt,
     pb,
 )
 from keyshared.protocol.constants import PROTOCOL_VERSION
+from keyshared.server.auth_refresh import REFRESH_AUTH_DATA, AuthRefresh
 from keyshared.storage.position import EARLIEST, LATEST, Position
 
 if TYPE_CHECKING:
@@ -81,6 +83,9 @@ class ServerConnection(asyncio.Protocol):
         self.last_received = time.monotonic()
         self._out: list[bytes] = []
         self._ping_handle: asyncio.TimerHandle | None = None
+        self._auth_refresh: AuthRefresh | None = None
+        self._auth_handle: asyncio.TimerHandle | None = None
+        self._protocol_version = PROTOCOL_VERSION
         self._tasks: set[asyncio.Task[Any]] = set()
         # Producer ids the broker closed lately, each with the token of its latest close.
         self._recently_closed_producers: dict[int, object] = {}
@@ -157,6 +162,8 @@ class ServerConnection(asyncio.Protocol):
         self.server.connections.discard(self)
         if self._ping_handle is not None:
             self._ping_handle.cancel()
+        if self._auth_handle is not None:
+            self._auth_handle.cancel()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -282,14 +289,24 @@ class ServerConnection(asyncio.Protocol):
         c = cmd.connect
         self._client_version = c.client_version
         auth = self.server.authenticator
+        version = min(c.protocol_version or PROTOCOL_VERSION, PROTOCOL_VERSION)
+        self._protocol_version = version
         if auth is not None:
             try:
-                self.principal = auth.authenticate(c.auth_method_name, bytes(c.auth_data))
+                self.principal, expires = auth.authenticate_session(
+                    c.auth_method_name, bytes(c.auth_data)
+                )
             except BrokerError as exc:
                 self._error(_U64 - 1, exc.code, exc.message)
                 self._fail(f"authentication failed: {exc.message}")
                 return
-        version = min(c.protocol_version or PROTOCOL_VERSION, PROTOCOL_VERSION)
+            self._auth_refresh = AuthRefresh(
+                supports_refresh=c.feature_flags.supports_auth_refresh,
+                challenge=self._send_auth_challenge,
+                close=lambda reason: self._fail(reason),
+            )
+            self._auth_refresh.authenticated(expires)
+            self._schedule_auth_check()
         self.connected = True
         self.send_command(
             T(
@@ -308,13 +325,39 @@ class ServerConnection(asyncio.Protocol):
             return
         r = cmd.authResponse.response
         try:
-            principal = auth.authenticate(r.auth_method_name, bytes(r.auth_data))
+            principal, expires = auth.authenticate_session(r.auth_method_name, bytes(r.auth_data))
         except BrokerError as exc:
             self._fail(f"re-authentication failed: {exc.message}")
             return
         if principal != self.principal:
             # As Pulsar: a refresh renews credentials, it never changes who the client is.
             self._fail("re-authentication changed the role")
+            return
+        if self._auth_refresh is not None:
+            self._auth_refresh.authenticated(expires)
+
+    def _schedule_auth_check(self) -> None:
+        interval = self.config.authenticationRefreshCheckSeconds
+        if interval <= 0 or self.closed:
+            return
+        self._auth_handle = asyncio.get_running_loop().call_later(interval, self._auth_check)
+
+    def _auth_check(self) -> None:
+        refresh = self._auth_refresh
+        if refresh is None or self.closed:
+            return
+        refresh.check(time.time())
+        self._schedule_auth_check()
+
+    def _send_auth_challenge(self) -> None:
+        self.write(
+            commands.auth_challenge(
+                auth_method_name="token",
+                auth_data=REFRESH_AUTH_DATA,
+                server_version=f"keyshared-{self.server.version}",
+                protocol_version=self._protocol_version,
+            )
+        )
 
     def _on_ping(self, cmd: pb.BaseCommand, _: Any) -> None:
         self.send_command(T(type=T.PONG, pong=pb.CommandPong()))

@@ -19,6 +19,9 @@ class Authenticator(Protocol):
     def authenticate(self, method: str, data: bytes) -> str | None:
         """The role the credentials prove."""
 
+    def authenticate_session(self, method: str, data: bytes) -> tuple[str, float | None]:
+        """The role the credentials prove and when they expire (epoch seconds, or None)."""
+
 
 class Authorizer(Protocol):
     """Checks that a role may do an action on a topic, or raises BrokerError."""
