@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--only", default="", help="run only workloads whose name contains this substring"
     )
     parser.add_argument("--skip-latency", action="store_true", help="skip the latency runs")
+    parser.add_argument(
+        "--latency-only", action="store_true", help="only the latency runs (no throughput)"
+    )
     parser.add_argument("--skip-startup", action="store_true", help="skip start-up timing")
     parser.add_argument(
         "--no-produce-only", action="store_true", help="skip the produce-only workloads"
@@ -261,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [
         w
         for w in candidates
-        if args.only in w.name and not (args.no_produce_only and w.subscription == "none")
+        if args.only in w.name
+        and not (args.no_produce_only and w.subscription == "none")
+        and not args.latency_only
     ]
     latency_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
     settings = runner.Settings(
@@ -282,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         throughput = run_throughput(pool, names, workloads, runs, settings, scratch)
         latency = (
             []
-            if args.skip_latency or args.only
+            if args.skip_latency or (args.only and not args.latency_only)
             else run_latency(pool, names, latency_sizes, runs, settings, scratch)
         )
     finally:
