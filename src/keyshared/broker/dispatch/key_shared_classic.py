@@ -8,18 +8,14 @@ The join position is the *last sent position* of seed pip-282 (PIP-282): every e
 before it has already been scheduled to be sent, tracked as a position plus the ranges sent
 beyond it.
 
-Beyond the seed (and Pulsar): a recently joined consumer stays restricted until, besides the
-mark-delete position passing its join position, every entry of the hashes it took over that was
-sent *beyond* that position before it joined has left its holder (acked, or handed back for
-redelivery). The seed's rule alone frees the new consumer as soon as the mark-delete position
-reaches the last sent position while an older consumer may still hold an individually sent entry
-of a key the new one took over; the new consumer then receives newer entries of that key before
-the older one is processed (seen with key-based batches under churn). Entries of other hashes do
-not hold it back, so an unrelated slow consumer cannot stall it.
-
-Also beyond the seed and Pulsar: when a join or a leave moves a hash away from a consumer that
+Beyond the seed and Pulsar: when a join or a leave moves a hash away from a consumer that
 holds entries of it, nobody else receives an entry of that hash until those entries have left
-it (acked, or handed back). A restricted consumer receives only entries at or before its join
+it (acked, or handed back). The seed's rule alone frees a new consumer as soon as the
+mark-delete position reaches the last sent position while an older consumer may still hold an
+individually sent entry of a key the new one took over; the new consumer then received newer
+entries of that key before the older one was processed (seen with key-based batches under
+churn). Entries of other hashes do not hold a consumer back, so an unrelated slow consumer
+cannot stall it. A restricted consumer receives only entries at or before its join
 position, all sent before it joined: redeliveries (a nack, a consumer leaving). Without this it
 got them while an older consumer still processed an earlier entry of the key, and that earlier
 one after them if that consumer left too; and a hash moved by a leave went at once to a
@@ -35,7 +31,6 @@ use.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -69,9 +64,6 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         self.join_position = join_position
         self.recently_joined: dict[Consumer, Position] | None = None if allow_out_of_order else {}
         self.joined_at: dict[Consumer, Position] = {}
-        # Per recently joined consumer, per hash it took over: the entries of that hash other
-        # consumers held when it joined, with their holder, in order.
-        self.held_at_join: dict[Consumer, dict[int, deque[tuple[Position, Consumer]]]] = {}
         # Per hash: entries held by a consumer that no longer owns the hash (a join or a leave
         # moved it away), with their holder. No one else gets the hash while one is held.
         self.stranded: dict[int, dict[Position, Consumer]] = {}
@@ -134,17 +126,6 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         self.joined_at[consumer] = joined
         if self.recently_joined is not None and len(self.consumers) > 1 and self._in_flight():
             self.recently_joined[consumer] = joined
-            select = self.selector.select
-            held: dict[int, deque[tuple[Position, Consumer]]] = {}
-            for pos, h, holder in sorted(
-                (pos, pa.key_hash, other)
-                for other in self.consumers
-                if other is not consumer and other.pending_acks
-                for pos, pa in other.pending_acks.items()
-                if select(pa.key_hash) is consumer
-            ):
-                held.setdefault(h, deque()).append((pos, holder))
-            self.held_at_join[consumer] = held
         self._strand()
 
     def _in_flight(self) -> bool:
@@ -164,12 +145,10 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         self._stuck_on_replays = False  # what it held is queued now
         super().remove_consumer(consumer)
         self.joined_at.pop(consumer, None)
-        self.held_at_join.pop(consumer, None)
         if self.recently_joined is not None:
             self.recently_joined.pop(consumer, None)
             if len(self.consumers) <= 1:
                 self.recently_joined.clear()
-                self.held_at_join.clear()
         if not self.consumers:
             self.last_sent = None
             self.individually_sent.clear()
@@ -236,39 +215,9 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         for c, pos in list(joined.items()):
             if pos > mdp:
                 break  # join positions grow with later joins
-            if self._still_held(c):
-                continue  # its own hashes only: a later consumer may be free already
             del joined[c]
-            self.held_at_join.pop(c, None)
             pruned = True
         return pruned
-
-    def _still_held(self, consumer: Consumer) -> bool:
-        """Whether an entry of a hash ``consumer`` took over is still held by its old holder."""
-        held = self.held_at_join.get(consumer)
-        if not held:
-            return False
-        return any([self._hash_held(consumer, h) for h in list(held)])
-
-    def _hash_held(self, consumer: Consumer, key_hash: int) -> bool:
-        """Whether an entry of ``key_hash`` that another consumer held when ``consumer`` joined
-        is still held by it.
-
-        Entries leave the front once acked or handed back; one still held stops the walk, so
-        each entry is looked at once after it leaves: O(1) amortized per check."""
-        by_hash = self.held_at_join.get(consumer)
-        held = by_hash.get(key_hash) if by_hash else None
-        if held is None:
-            return False
-        while held:
-            pos, holder = held[0]
-            pending = holder.pending_acks
-            if pending is not None and pos in pending and holder in self.consumers:
-                return True
-            held.popleft()
-        assert by_hash is not None
-        del by_hash[key_hash]
-        return False
 
     # --- reads -------------------------------------------------------------------------------
     def normal_read_allowed(self) -> bool:
