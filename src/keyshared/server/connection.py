@@ -303,7 +303,7 @@ class ServerConnection(asyncio.Protocol):
             self._auth_refresh = AuthRefresh(
                 supports_refresh=c.feature_flags.supports_auth_refresh,
                 challenge=self._send_auth_challenge,
-                close=lambda reason: self._fail(reason),
+                close=self._fail,
             )
             self._auth_refresh.authenticated(expires)
             self._schedule_auth_check()
