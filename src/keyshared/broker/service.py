@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
@@ -42,6 +43,9 @@ class BrokerService:
         # Non-persistent topics live apart: nothing of them is stored or swept periodically.
         self.nonpersistent = NonPersistentTopics(self)
         self.policies = PolicyStore(storage.metadata)
+        # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
+        # each callable returns (name, value, help) triples.
+        self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
         self._ensure_defaults()
 
     # --- tenants and namespaces ------------------------------------------------------------

@@ -89,6 +89,9 @@ class ServerConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         # Producer ids the broker closed lately, each with the token of its latest close.
         self._recently_closed_producers: dict[int, object] = {}
+        # Sends in flight, for the publish buffer and pending-send limits (publish_buffer.py).
+        self._publishes = server.publish_throttle.attach(self)
+        self._reading = True
         self._handlers: dict[int, Callable[[pb.BaseCommand, Any], None]] = {
             T.CONNECT: self._on_connect,
             T.PING: self._on_ping,
@@ -160,6 +163,7 @@ class ServerConnection(asyncio.Protocol):
         """Release every producer and consumer of this connection."""
         self.closed = True
         self.server.connections.discard(self)
+        self._publishes.close()
         if self._ping_handle is not None:
             self._ping_handle.cancel()
         if self._auth_handle is not None:
@@ -176,6 +180,20 @@ class ServerConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         """The write buffer is full: dispatchers see no permits for our consumers."""
         self.writable = False
+
+    def set_reading(self, reading: bool) -> None:
+        """Pause or resume reading from the client (publish back-pressure)."""
+        if reading == self._reading or self.transport is None or self.closed:
+            return
+        self._reading = reading
+        if reading:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
+    def has_producers(self) -> bool:
+        """Whether a producer is open on this connection."""
+        return bool(self.producers)
 
     def resume_writing(self) -> None:
         """The write buffer drained: wake the dispatchers of our consumers."""
@@ -549,8 +567,12 @@ class ServerConnection(asyncio.Protocol):
             highest = sequence_id + s.num_messages - 1
         topic = producer.topic
         transport = self
+        size = len(payload)
+        publishes = self._publishes
+        publishes.started(size)
 
         def done(position: Position | None, exc: BaseException | None) -> None:
+            publishes.finished(size)
             if position is not None:
                 transport.send_receipt(producer, sequence_id, highest, position)
             else:
@@ -561,8 +583,10 @@ class ServerConnection(asyncio.Protocol):
         try:
             topic.publish(producer, sequence_id, highest, payload, done)
         except ProtocolError as exc:
+            publishes.finished(size)
             self.send_error(producer, sequence_id, ServerError.ChecksumError, exc.message)
         except BrokerError as exc:
+            publishes.finished(size)
             self.send_error(producer, sequence_id, exc.code, exc.message)
 
     def send_receipt(
@@ -584,7 +608,10 @@ class ServerConnection(asyncio.Protocol):
     def send_error(
         self, producer: Producer, sequence_id: int, code: ServerError, message: str
     ) -> None:
-        """Report a failed send to its producer."""
+        """Report a failed send to its producer (not to one the broker closed: its client
+        resends what is pending once it has reconnected)."""
+        if producer.closed:
+            return
         self.send_command(
             T(
                 type=T.SEND_ERROR,
