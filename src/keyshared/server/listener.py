@@ -91,6 +91,11 @@ class BrokerServer:
                 t.global_pauses,
                 "Times reading from producers' connections was paused by the publish buffer",
             ),
+            (
+                "keyshared_publish_connection_pauses_total",
+                t.connection_pauses,
+                "Times a connection was paused by maxPendingPublishRequestsPerConnection",
+            ),
         ]
 
     def new_producer_name(self) -> str:
