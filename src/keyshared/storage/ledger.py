@@ -165,7 +165,13 @@ class ManagedLedger:
                     continue
                 ledgers.append(_Ledger(ledger_id, entries, size, _State.CLOSED))
             ml = cls(name, ctx, ledgers)
-            ml._start_ledger(())
+            # On a full disk the topic still opens, for its consumers: the first append once
+            # there is room starts the ledger.
+            if ctx.disk.writable():
+                try:
+                    ml._start_ledger(())
+                except DiskFullError as exc:
+                    log.warning("%s: opened without a writable ledger: %s", name, exc)
         except BaseException as exc:
             for seg in recovered:
                 seg.close()

@@ -208,3 +208,40 @@ def test_enospc_fails_the_appends_refuses_more_and_close_does_not_hang(
         await storage.close()
 
     run(reopen())
+
+
+def test_a_managed_ledger_opens_on_a_full_disk_and_serves_what_it_has(tmp_path: Path) -> None:
+    async def write() -> None:
+        storage = Storage(tmp_path / "data", StorageConfig()).open()
+        ml = storage.open_managed_ledger("t")
+        await asyncio.gather(*(ml.add_entry(b"e%d" % i)[1] for i in range(3)))
+        await storage.close()
+
+    run(write())
+    # Thresholds below the file system's real usage: the storage opens read-only.
+    full = StorageConfig(disk=DiskThresholds(usage=1e-6, warn=1e-6, lwm=1e-7))
+
+    async def read() -> None:
+        storage = Storage(tmp_path / "data", full).open()
+        assert storage.disk.read_only
+        ml = storage.open_managed_ledger("t")
+        assert ml.current_ledger_id == -1
+        start = ml.first_position
+        assert start is not None
+        assert [e.data for e in await ml.read_entries(start, 10)] == [b"e0", b"e1", b"e2"]
+        with pytest.raises(DiskFullError):
+            ml.add_entry(b"refused")
+        await storage.close()
+
+    run(read())
+
+    async def resume() -> None:
+        storage = Storage(tmp_path / "data", StorageConfig()).open()
+        ml = storage.open_managed_ledger("t")
+        await ml.add_entry(b"e3")[1]
+        start = ml.first_position
+        assert start is not None
+        assert [e.data for e in await ml.read_entries(start, 10)] == [b"e0", b"e1", b"e2", b"e3"]
+        await storage.close()
+
+    run(resume())
