@@ -304,6 +304,7 @@ class DedupState(Generic[T]):
         if send.chunk is not None:
             return self._check_chunk(producer_name, st, send.first, send.chunk[0])
         seen = 0
+        writing = 0
         unknown = 0
         waits: dict[T, None] = {}
         floor = st.floor
@@ -315,23 +316,23 @@ class DedupState(Generic[T]):
                 continue
             tok = in_flight.get(i)
             if tok is not None:
+                writing += 1
                 waits[tok] = None
             elif floor is not None and i < floor:
                 unknown += 1
-        fresh = len(send.ids) - seen - len(waits) - unknown
-        if fresh == 0 and unknown == 0:
+        if seen + writing == len(send.ids):
             self.duplicates_dropped += 1
             if waits:
                 return Decision(WAIT, None, tuple(waits))
             return Decision(DUPLICATE, self.original(producer_name, send))
-        if seen or waits or unknown:
+        if seen or writing or unknown:
             self.duplicates_maybe_stored += 1
             log.warning(
                 "producer %s: entry with sequence id %d holds messages stored before or not "
                 "known either way (%d of %d); storing it so that none is lost",
                 producer_name,
                 send.first,
-                seen + len(waits) + unknown,
+                seen + writing + unknown,
                 len(send.ids),
             )
         return Decision(NEW)
