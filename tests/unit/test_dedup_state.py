@@ -459,12 +459,16 @@ def test_encrypted_batch_tracks_only_what_the_metadata_says() -> None:
     assert ids.ids == (3,) and not ids.complete
 
 
-def test_contiguous_batch_with_highest_sequence_id_needs_no_body() -> None:
+def test_unreadable_batch_body_tracks_only_the_ends_the_metadata_names() -> None:
     md = pb.MessageMetadata(
         producer_name="p", sequence_id=10, publish_time=1, num_messages_in_batch=3
     )
     md.highest_sequence_id = 12
-    assert send_ids(encode_payload_section(md, b"not a batch body")).ids == (10, 11, 12)
+    ids = send_ids(encode_payload_section(md, b"not a batch body"))
+    assert ids.ids == (10, 12) and not ids.complete
+    # A hostile message count costs nothing.
+    md.num_messages_in_batch = 1 << 30
+    assert send_ids(encode_payload_section(md, b"\0" * 64)).ids == (10, 12)
 
 
 def test_interleaved_key_batches_are_not_duplicates() -> None:

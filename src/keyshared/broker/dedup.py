@@ -43,6 +43,7 @@ is rebuilt from synced data alone: an older snapshot just means a longer replay.
 from __future__ import annotations
 
 import logging
+import zlib
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
@@ -68,6 +69,9 @@ MAX_RANGES = 4096
 MAX_PARTIAL_CHUNKED = 64
 """Chunked messages per producer tracked while only some of their chunks are stored."""
 _SCAN_BATCH = 500
+# Batches larger than this are tracked by the ids their metadata names (never by a guess).
+_MAX_BATCH = 100_000
+_MAX_BODY = 256 * 1024 * 1024
 _SNAPSHOT_VERSION = 2
 _U32 = 4
 
@@ -113,10 +117,11 @@ def ids_of(md: pb.MessageMetadata, payload: memoryview) -> SendIds:
     if n <= 1:
         return SendIds(seq, (seq,))
     highest = md.highest_sequence_id if md.HasField("highest_sequence_id") else None
-    if highest is not None and highest - seq == n - 1:
-        # n distinct rising ids from seq to seq + n - 1: the batch is contiguous.
-        return SendIds(seq, tuple(range(seq, highest + 1)))
-    known = (seq,) if highest is None or highest == seq else (seq, highest)
+    if n > _MAX_BATCH:
+        return SendIds(seq, known_ids(seq, highest), False)
+    # Even with highest - seq == n - 1 the body is read: ids a client repeats inside one batch
+    # would make a range guessed from the two ends claim ids never sent.
+    known = known_ids(seq, highest)
     if md.encryption_keys:
         return SendIds(seq, known, False)
     try:
@@ -129,19 +134,42 @@ def ids_of(md: pb.MessageMetadata, payload: memoryview) -> SendIds:
     return SendIds(seq, tuple(dict.fromkeys(ids)))
 
 
+def known_ids(seq: int, highest: int | None) -> tuple[int, ...]:
+    """The ids a batch's metadata alone names: its first and, if given, its highest."""
+    return (seq,) if highest is None or highest == seq else (seq, highest)
+
+
 def _batch_sequence_ids(
     md: pb.MessageMetadata, payload: memoryview, n: int
 ) -> tuple[int, ...] | None:
-    body = memoryview(decompress(md, payload))
+    """Each batch message's sequence id; None if the body does not hold ``n`` messages that
+    all carry one (a hostile ``num_messages_in_batch`` costs no more than the body's size)."""
+    if md.compression != pb.NONE and md.uncompressed_size > _MAX_BODY:
+        return None
+    if md.compression == pb.ZLIB:
+        # Bounded: a hostile body must not inflate past what the metadata announces.
+        raw = zlib.decompressobj().decompress(payload, md.uncompressed_size + 1)
+        if len(raw) != md.uncompressed_size:
+            return None
+        body = memoryview(raw)
+    else:
+        body = memoryview(decompress(md, payload))
+    end = len(body)
+    if n > end // _U32:
+        return None
     out: list[int] = []
     pos = 0
     single = pb.SingleMessageMetadata()
     for _ in range(n):
+        if end - pos < _U32:
+            return None
         size = int.from_bytes(body[pos : pos + _U32], "big")
         pos += _U32
+        if size > end - pos:
+            return None
         single.Clear()
         single.ParseFromString(bytes(body[pos : pos + size]))
-        if not single.HasField("sequence_id"):
+        if not single.HasField("sequence_id") or single.payload_size < 0:
             return None
         out.append(single.sequence_id)
         pos += size + single.payload_size
