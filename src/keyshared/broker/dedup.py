@@ -27,13 +27,18 @@ resending the same message, forever. Likewise at most :data:`MAX_PARTIAL_CHUNKED
 messages per producer are tracked half-stored; past that the oldest is forgotten and its
 chunks are stored again if resent. A batch some of whose messages were stored and some not
 (a client that re-batched resent messages) is stored whole: its new messages must not be lost.
+An encrypted batch's body cannot be read: only the ids its metadata names (the first, and the
+highest if sent) are tracked, so a resend of that batch is a duplicate but a lone resend of one
+of its other messages would be stored. Producer names are not expired (Pulsar forgets a name
+after ``brokerDeduplicationProducerInactivityTimeoutMinutes``): the state grows by one entry
+per producer name that ever wrote to the topic.
 
 A duplicate is answered with the original's message id while the original is among the last
 :data:`RECENT_LIMIT` entries recorded for the topic; older ones get ``-1:-1`` as in Pulsar.
 
 :class:`DedupState` is the decision logic, synchronous and free of I/O so that tests and a
 simulator can drive it; :class:`Deduplication` adds the topic's ledger and metadata store:
-a snapshot of the state is written to the metadata store (SQLite) every
+a snapshot of the state is written to the metadata store (SQLite, key ``dedup/<topic>``) every
 :data:`SNAPSHOT_INTERVAL` entries and on close, naming the last entry it covers; recovery
 loads it and replays the entries after it, reading each one's per-message sequence ids. The
 snapshot only ever covers entries already durable, so after a crash or a power loss the state
@@ -280,10 +285,6 @@ class ProducerState(Generic[T]):
     chunked: OrderedDict[int, _Chunked] = field(default_factory=OrderedDict)
     in_flight: dict[int, T] = field(default_factory=dict)
     chunks_in_flight: dict[tuple[int, int], T] = field(default_factory=dict)
-
-    def size(self) -> int:
-        """Ranges plus tracked chunked messages: what the bound limits."""
-        return len(self.persisted) + len(self.chunked)
 
 
 class DedupState(Generic[T]):
