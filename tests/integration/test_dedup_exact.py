@@ -123,19 +123,24 @@ def test_resends_after_sigkill_are_stored_once(dedup_broker: BrokerProcess, topi
             results.append((res, mid))
 
     def produce() -> None:
+        # Paced, so that sending goes on across the crash and the reconnect.
         for i in range(n):
             producer.send_async(f"c-{i}".encode(), cb, partition_key=f"k{i % 16}")
+            if i % 50 == 49:
+                time.sleep(0.01)
 
     sender = threading.Thread(target=produce)
     sender.start()
-    while len(results) < n // 3:
-        time.sleep(0.005)
+    while len(results) < n // 5:
+        time.sleep(0.001)
     dedup_broker.restart(crash=True)
+    unconfirmed_at_crash = n - len(results)
     sender.join(120)
     producer.flush()
     deadline = time.monotonic() + 120
     while len(results) < n and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert unconfirmed_at_crash > 0
     assert len(results) == n
     assert all(res == pulsar.Result.Ok for res, _ in results)
     stored = read_all(client, topic)
