@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from keyshared.broker.dedup import DUPLICATE, NEW, Deduplication, send_ids
+from keyshared.broker.dedup import DUPLICATE, NEW, Deduplication
+from keyshared.broker.sequence_ids import send_ids
 from keyshared.storage.config import StorageConfig
 from keyshared.storage.ledger import ManagedLedger
 from keyshared.storage.position import Position

@@ -27,14 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from keyshared.broker.dedup import (
-    DUPLICATE,
-    NEW,
-    DedupState,
-    SendIds,
-    SequenceRanges,
-    send_ids,
-)
+from keyshared.broker.dedup import DUPLICATE, NEW, DedupState
+from keyshared.broker.sequence_ids import SendIds, SequenceRanges, send_ids
 from keyshared.protocol import encode_payload_section, pb
 from keyshared.protocol.metadata import encode_batch
 from keyshared.server.publish import Answer, ReceiptQueue

@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
-from keyshared.broker.dedup import DUPLICATE, NEW, Decision, Deduplication, SendIds, send_ids
+from keyshared.broker.dedup import DUPLICATE, NEW, Decision, Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.rates import RateMeter
+from keyshared.broker.sequence_ids import SendIds, send_ids
 from keyshared.broker.sub_types import check_enabled, enabled_for_topic
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
