@@ -17,8 +17,11 @@ Pulsar's two limits (broker.conf):
 
 The accounting is event-driven, as Pulsar 3.x's ServerCnx pending-bytes counters (older Pulsar
 polled every ``maxMessagePublishBufferCheckIntervalInMillis``): a send counts when its frame is
-handled and stops counting when its receipt (or error) is written. Reading paused on a
-connection also holds its consumers' flow permits and acks back, as in Pulsar.
+handled and stops counting when its topic has stored or failed it. Pulsar divides the limit
+among its IO threads and pauses every connection of the thread that crossed it; one event loop
+here, so one limit, and only connections with a producer are paused (a consumer-only
+connection's acks are what lets retention and the dispatchers move on). Reading paused on a
+producer's connection also holds back its consumers' flow permits and acks, as in Pulsar.
 
 Metrics (Pulsar's names): ``pulsar_broker_publish_buffer_usage`` and
 ``pulsar_broker_publish_buffer_max_usage`` (PIP-410, in bytes),
