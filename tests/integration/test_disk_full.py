@@ -174,11 +174,15 @@ def consumer_connected_since(broker: BrokerProcess, topic: str, sub: str) -> str
     return str(stats["subscriptions"][sub]["consumers"][0]["connectedSince"])
 
 
-def ledger_ids(broker: BrokerProcess, topic: str) -> list[int]:
+def internal_stats(broker: BrokerProcess, topic: str) -> dict[str, Any]:
     path = topic.replace("persistent://", "/admin/v2/persistent/")
     status, stats = broker.admin("GET", path + "/internalStats")
     assert status == 200, stats
-    return [int(li["ledgerId"]) for li in stats["ledgers"]]
+    return dict(stats)
+
+
+def ledger_ids(broker: BrokerProcess, topic: str) -> list[int]:
+    return [int(li["ledgerId"]) for li in internal_stats(broker, topic)["ledgers"]]
 
 
 def check_log(log: str) -> None:
@@ -222,6 +226,8 @@ def test_backlog_fills_the_disk_sends_fail_consumers_go_on_and_retention_frees_i
             # The consumer on the same connection read everything stored meanwhile.
             wait_for(lambda: set(reader.seqs) >= set(pub.confirmed), 30, "the consumer to catch up")
             assert consumer_connected_since(broker, topic, "fast") == since, "reconnected"
+            # No ledger takes appends (none is created and abandoned per attempt).
+            assert internal_stats(broker, topic)["state"] == "ClosedLedger"
             log_growth = len(broker.log()) - log_at_full
             # Retention deletes what every subscription consumed: clear the slow one's backlog.
             path = topic.replace("persistent://", "/admin/v2/persistent/")
@@ -235,6 +241,7 @@ def test_backlog_fills_the_disk_sends_fail_consumers_go_on_and_retention_frees_i
             wait_for(lambda: set(reader.seqs) >= set(pub.confirmed), 30, "the last messages")
             reader.stop()
             assert consumer_connected_since(broker, topic, "fast") == since
+            assert internal_stats(broker, topic)["state"] == "LedgerOpened"
             ids = ledger_ids(broker, topic)
             # Confirmed once each, and received by the consumer.
             assert len(set(pub.confirmed.values())) == len(pub.confirmed)

@@ -635,7 +635,9 @@ class PersistentTopic:
             "waitingCursorsCount": 0,
             "pendingAddEntriesCount": 0,
             "lastConfirmedEntry": str(ledger.last_add_confirmed),
-            "state": "LedgerOpened",
+            # Pulsar's ManagedLedgerImpl.State: ClosedLedger while no ledger takes appends
+            # (the disk is full, or a ledger could not be created).
+            "state": "LedgerOpened" if ledger.current_ledger_id >= 0 else "ClosedLedger",
             "ledgers": [
                 {
                     "ledgerId": li.ledger_id,
