@@ -117,10 +117,6 @@ def create_app(service: BrokerService) -> FastAPI:
             raise BrokerError(ServerError.TopicNotFound, f"Namespace {ns} does not exist")
         return ns
 
-    def policies_changed() -> None:
-        for t in list(service.topics.values()):
-            t.on_policies_changed()
-
     def policy_routes(key: str, path: str) -> None:
         """GET/POST/DELETE of one boolean policy on namespaces and on topics."""
         ns_path = f"/admin/v2/namespaces/{{tenant}}/{{namespace}}/{path}"
@@ -128,36 +124,32 @@ def create_app(service: BrokerService) -> FastAPI:
 
         @app.get(ns_path, name=f"get_ns_{path}")
         async def get_ns(tenant: str, namespace: str) -> Any:
-            return (service.policies.namespace(namespace_name(tenant, namespace)) or {}).get(key)
+            return service.policies.namespace_value(namespace_name(tenant, namespace), key)
 
         @app.post(ns_path, status_code=204, name=f"set_ns_{path}")
         async def set_ns(tenant: str, namespace: str) -> Response:
-            service.policies.set_namespace(namespace_name(tenant, namespace), key, True)
-            policies_changed()
+            service.policies.update_namespace(namespace_name(tenant, namespace), {key: True})
             return Response(status_code=204)
 
         @app.delete(ns_path, status_code=204, name=f"remove_ns_{path}")
         async def remove_ns(tenant: str, namespace: str) -> Response:
-            service.policies.set_namespace(namespace_name(tenant, namespace), key, None)
-            policies_changed()
+            service.policies.update_namespace(namespace_name(tenant, namespace), {key: None})
             return Response(status_code=204)
 
         @app.get(topic_path, name=f"get_topic_{path}")
         async def get_topic(tenant: str, namespace: str, topic: str) -> Any:
-            return service.policies.topic(topic_name(tenant, namespace, topic).full).get(key)
+            return service.policies.topic_value(topic_name(tenant, namespace, topic).full, key)
 
         @app.post(topic_path, status_code=204, name=f"set_topic_{path}")
         async def set_topic(
             tenant: str, namespace: str, topic: str, enabled: bool = Body(True)
         ) -> Response:
-            service.policies.set_topic(topic_name(tenant, namespace, topic).full, key, enabled)
-            policies_changed()
+            service.policies.update_topic(topic_name(tenant, namespace, topic).full, {key: enabled})
             return Response(status_code=204)
 
         @app.delete(topic_path, status_code=204, name=f"remove_topic_{path}")
         async def remove_topic(tenant: str, namespace: str, topic: str) -> Response:
-            service.policies.set_topic(topic_name(tenant, namespace, topic).full, key, None)
-            policies_changed()
+            service.policies.update_topic(topic_name(tenant, namespace, topic).full, {key: None})
             return Response(status_code=204)
 
     policy_routes(

@@ -200,11 +200,6 @@ class Resolver:
             raise RestError(404, "Subscription not found")
         return s
 
-    def policies_changed(self) -> None:
-        """Let every loaded topic apply changed policies."""
-        for t in list(self.service.topics.values()):
-            t.on_policies_changed()
-
 
 def broker_error_status(code: ServerError) -> int:
     """The HTTP status Pulsar's admin uses for a broker error code."""

@@ -28,7 +28,7 @@ from keyshared.admin.policy_models import (
 from keyshared.admin.rest import Resolver, RestError, check_name, no_content
 from keyshared.admin.routes_tenants import delete_namespace_data
 from keyshared.admin.topic_ops import unload_topic
-from keyshared.broker.service import NAMESPACES_PREFIX, BrokerService
+from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
 
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
@@ -39,10 +39,6 @@ def namespace_routes(service: BrokerService) -> APIRouter:
     router = APIRouter(tags=["namespaces"])
     resolve = Resolver(service)
     store = service.policies
-
-    def set_policy(ns: str, key: str, value: Any) -> None:
-        store.set_namespace(ns, key, value)
-        resolve.policies_changed()
 
     @router.get("/admin/v2/namespaces/{tenant}")
     async def list_namespaces(tenant: str) -> list[str]:
@@ -61,10 +57,7 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         ns = f"{tenant}/{namespace}"
         if service.namespace_exists(ns):
             raise RestError(409, "Namespace already exists")
-        initial = policies.flat() if policies is not None else {}
-        service.storage.metadata.put_json(NAMESPACES_PREFIX + ns, {})
-        for key, value in initial.items():
-            store.set_namespace(ns, key, value)
+        store.create_namespace(ns, policies.flat() if policies is not None else {})
         return no_content()
 
     @router.get(_NS)
@@ -126,7 +119,7 @@ def namespace_routes(service: BrokerService) -> APIRouter:
     async def get_deduplication(tenant: str, namespace: str) -> bool | None:
         """The namespace's deduplication setting (null when not set)."""
         ns = resolve.namespace(tenant, namespace)
-        value = (store.namespace(ns) or {}).get(DEDUPLICATION)
+        value = store.namespace_value(ns, DEDUPLICATION)
         return None if value is None else bool(value)
 
     @router.post(_NS + "/deduplication", status_code=204)
@@ -134,13 +127,13 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         tenant: str, namespace: str, enabled: Annotated[bool, Body()]
     ) -> Response:
         """Enable or disable deduplication for the namespace's topics."""
-        set_policy(resolve.namespace(tenant, namespace), DEDUPLICATION, enabled)
+        store.update_namespace(resolve.namespace(tenant, namespace), {DEDUPLICATION: enabled})
         return no_content()
 
     @router.delete(_NS + "/deduplication", status_code=204)
     async def remove_deduplication(tenant: str, namespace: str) -> Response:
         """Fall back to the broker's ``brokerDeduplicationEnabled``."""
-        set_policy(resolve.namespace(tenant, namespace), DEDUPLICATION, None)
+        store.update_namespace(resolve.namespace(tenant, namespace), {DEDUPLICATION: None})
         return no_content()
 
     @router.get(_NS + "/retention")
@@ -155,22 +148,26 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         """Set the namespace's retention (time in minutes, size in MB; -1 = unlimited)."""
         ns = resolve.namespace(tenant, namespace)
         retention.validate_pulsar()
-        store.set_namespace(ns, RETENTION_TIME, retention.retentionTimeInMinutes)
-        set_policy(ns, RETENTION_SIZE, retention.retentionSizeInMB)
+        store.update_namespace(
+            ns,
+            {
+                RETENTION_TIME: retention.retentionTimeInMinutes,
+                RETENTION_SIZE: retention.retentionSizeInMB,
+            },
+        )
         return no_content()
 
     @router.delete(_NS + "/retention", status_code=204)
     async def remove_retention(tenant: str, namespace: str) -> Response:
         """Fall back to the broker's ``defaultRetention*`` settings."""
         ns = resolve.namespace(tenant, namespace)
-        store.set_namespace(ns, RETENTION_TIME, None)
-        set_policy(ns, RETENTION_SIZE, None)
+        store.update_namespace(ns, {RETENTION_TIME: None, RETENTION_SIZE: None})
         return no_content()
 
     @router.get(_NS + "/messageTTL")
     async def get_message_ttl(tenant: str, namespace: str) -> int | None:
         """The namespace's message TTL in seconds (null when not set)."""
-        value = (store.namespace(resolve.namespace(tenant, namespace)) or {}).get(MESSAGE_TTL)
+        value = store.namespace_value(resolve.namespace(tenant, namespace), MESSAGE_TTL)
         return None if value is None else int(value)
 
     @router.post(_NS + "/messageTTL", status_code=204)
@@ -178,13 +175,13 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         tenant: str, namespace: str, ttl: Annotated[int, Body(ge=-(2**31), le=2**31 - 1)]
     ) -> Response:
         """Set the namespace's message TTL in seconds (0 = messages never expire)."""
-        set_policy(resolve.namespace(tenant, namespace), MESSAGE_TTL, check_ttl(ttl))
+        store.update_namespace(resolve.namespace(tenant, namespace), {MESSAGE_TTL: check_ttl(ttl)})
         return no_content()
 
     @router.delete(_NS + "/messageTTL", status_code=204)
     async def remove_message_ttl(tenant: str, namespace: str) -> Response:
         """Fall back to the broker's ``ttlDurationDefaultInSeconds``."""
-        set_policy(resolve.namespace(tenant, namespace), MESSAGE_TTL, None)
+        store.update_namespace(resolve.namespace(tenant, namespace), {MESSAGE_TTL: None})
         return no_content()
 
     return router

@@ -112,6 +112,4 @@ async def delete_namespace_data(service: BrokerService, resolve: Resolver, names
         name = TopicName.parse(full)
         if service.topic_exists(name):
             await service.delete_topic(name, force=True)
-    service.storage.metadata.delete(f"namespaces/{namespace}")
-    service.policies.generation += 1
-    resolve.policies_changed()
+    service.policies.delete_namespace(namespace)

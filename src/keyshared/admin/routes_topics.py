@@ -33,7 +33,6 @@ from keyshared.admin.rest import (
 )
 from keyshared.admin.topic_ops import unload_topic
 from keyshared.broker.errors import BrokerError
-from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
 
@@ -205,13 +204,10 @@ def topic_routes(service: BrokerService) -> APIRouter:
         return name, store.topic(name.full)
 
     def applied(name: TopicName, key: str) -> Any:
-        default = getattr(service.config, POLICY_DEFAULTS[key])
-        return store.resolve(name.full, name.namespace_name, key, default)
+        return store.effective(name, key)
 
     def set_topic(name: TopicName, **values: Any) -> None:
-        for key, value in values.items():
-            store.set_topic(name.full, key, value)
-        resolve.policies_changed()
+        store.update_topic(name.full, values)
 
     @router.get(_TOPIC + "/deduplicationEnabled")
     async def get_topic_deduplication(

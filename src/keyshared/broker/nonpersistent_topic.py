@@ -25,7 +25,7 @@ from keyshared.broker.dispatch.nonpersistent import NonPersistentDispatcher, new
 from keyshared.broker.entry_meta import parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sub_types import check_enabled, enabled_for_topic
+from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.topic import Producer, PublishCallback
 from keyshared.broker.topic_common import (
     ProducerRegistry,
@@ -234,9 +234,7 @@ class NonPersistentTopic:
     # --- consumers ---------------------------------------------------------------------------
     def enabled_sub_types(self) -> frozenset[str]:
         """Subscription types this topic accepts (topic over namespace over broker setting)."""
-        return enabled_for_topic(
-            self.service.policies, self.name, self.service.config.subscriptionTypesEnabled
-        )
+        return self.service.policies.enabled_sub_types(self.name)
 
     def subscribe(
         self,

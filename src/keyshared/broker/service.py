@@ -15,7 +15,7 @@ from keyshared.broker.nonpersistent_topic import (
     NonPersistentTopic,
     NonPersistentTopics,
 )
-from keyshared.broker.policies import PolicyStore
+from keyshared.broker.policies import PolicyService
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import InvalidTopicName, TopicName
 from keyshared.config import BrokerConfig
@@ -41,8 +41,14 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         # Non-persistent topics live apart: nothing of them is stored or swept periodically.
         self.nonpersistent = NonPersistentTopics(self)
-        self.policies = PolicyStore(storage.metadata)
+        self.policies = PolicyService(storage.metadata, config)
+        self.policies.add_listener(self._policies_changed)
         self._ensure_defaults()
+
+    def _policies_changed(self) -> None:
+        # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
+        for topic in list(self.topics.values()):
+            topic.on_policies_changed()
 
     # --- tenants and namespaces ------------------------------------------------------------
     def _ensure_defaults(self) -> None:
@@ -54,7 +60,7 @@ class BrokerService:
 
     def namespace_exists(self, namespace: str) -> bool:
         """True if ``tenant/namespace`` exists."""
-        return self.storage.metadata.get(NAMESPACES_PREFIX + namespace) is not None
+        return self.policies.namespace_exists(namespace)
 
     # --- permissions (Pulsar's Policies.auth_policies.namespace_auth) -----------------------
     def tenant_admin_roles(self, tenant: str) -> list[str]:
@@ -65,34 +71,14 @@ class BrokerService:
 
     def namespace_permissions(self, namespace: str) -> dict[str, list[str]]:
         """``role -> actions`` granted on ``tenant/namespace`` (empty when none or no namespace)."""
-        policies = self.storage.metadata.get_json(NAMESPACES_PREFIX + namespace)
-        auth = policies.get("auth_policies") if isinstance(policies, dict) else None
-        granted = auth.get("namespace_auth") if isinstance(auth, dict) else None
-        if not isinstance(granted, dict):
-            return {}
-        return {
-            role: [a for a in actions if isinstance(a, str)]
-            for role, actions in granted.items()
-            if isinstance(actions, list)
-        }
+        return self.policies.namespace_permissions(namespace)
 
     def set_namespace_permission(
         self, namespace: str, role: str, actions: list[str] | None
     ) -> None:
         """Grant ``actions`` to ``role`` on ``namespace`` (replacing its grant); None revokes."""
-        key = NAMESPACES_PREFIX + namespace
-        policies = self.storage.metadata.get_json(key)
-        if not isinstance(policies, dict):
+        if not self.policies.set_namespace_permission(namespace, role, actions):
             raise BrokerError(ServerError.TopicNotFound, f"Namespace {namespace} does not exist")
-        auth = policies.setdefault("auth_policies", {})
-        granted = auth.setdefault("namespace_auth", {})
-        auth.setdefault("destination_auth", {})
-        auth.setdefault("subscription_auth_roles", {})
-        if actions is None:
-            granted.pop(role, None)
-        else:
-            granted[role] = sorted(set(actions))
-        self.storage.metadata.put_json(key, policies)
 
     # --- topics --------------------------------------------------------------------------
     @staticmethod

@@ -15,9 +15,8 @@ from keyshared.broker.dedup import Deduplication, Verdict
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sub_types import check_enabled, enabled_for_topic
+from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
     ProducerRegistry,
@@ -172,15 +171,12 @@ class PersistentTopic:
             self._policy_generation = store.generation
         cache = self._policy_cache
         if key not in cache:
-            default = getattr(self.config, POLICY_DEFAULTS[key])
-            cache[key] = store.resolve(self.name.full, self.name.namespace_name, key, default)
+            cache[key] = store.effective(self.name, key)
         return cache[key]
 
     def enabled_sub_types(self) -> frozenset[str]:
         """Subscription types this topic accepts (topic over namespace over broker)."""
-        return enabled_for_topic(
-            self.service.policies, self.name, self.config.subscriptionTypesEnabled
-        )
+        return self.service.policies.enabled_sub_types(self.name)
 
     def on_policies_changed(self) -> None:
         """A policy changed: apply it to this loaded topic, and let every dispatcher look
