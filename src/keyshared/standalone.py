@@ -101,6 +101,9 @@ class Standalone:
 
         self.web = WebServer(self)
         await self.web.start()
+        self.service.clusters.set_local_ports(
+            self.server.port, self.server.tls_port, self.web.port, self.web.tls_port
+        )
 
     def request_stop(self) -> None:
         """Ask the broker to shut down (signal handlers call this)."""

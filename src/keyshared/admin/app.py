@@ -13,6 +13,7 @@ from keyshared.admin.dashboard import add_dashboard_routes
 from keyshared.admin.metrics import add_metrics_route
 from keyshared.admin.permissions import add_permission_routes
 from keyshared.admin.rest import install_rest_errors
+from keyshared.admin.routes_clusters import cluster_routes
 from keyshared.admin.routes_compaction import compaction_routes
 from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
@@ -75,6 +76,7 @@ def create_app(service: BrokerService) -> FastAPI:
     # Pulsar's resources, one module each; registered first so that their paths win.
     install_rest_errors(app)
     app.include_router(tenant_routes(service))
+    app.include_router(cluster_routes(service))
     app.include_router(namespace_routes(service))
     app.include_router(topic_routes(service))
     app.include_router(subscription_routes(service))

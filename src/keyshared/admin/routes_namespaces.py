@@ -49,16 +49,40 @@ def namespace_routes(service: BrokerService) -> APIRouter:
     async def create_namespace(
         tenant: str,
         namespace: str,
-        policies: Annotated[NamespacePolicies | None, Body()] = None,
+        body: Annotated[Any, Body()] = None,
     ) -> Response:
-        """Create a namespace, optionally with initial policies (409 if it exists)."""
+        """Create a namespace with the ``Policies`` given, honoured whole (409 if it exists;
+        501 naming a policy this broker does not implement)."""
         resolve.tenant(tenant)
         check_name("namespace", namespace)
         ns = f"{tenant}/{namespace}"
         if service.namespace_exists(ns):
             raise RestError(409, "Namespace already exists")
-        store.create_namespace(ns, policies.flat() if policies is not None else {})
+        policies = NamespacePolicies(body)
+        record = policies.flat()
+        clusters = policies.replication_clusters()
+        if clusters:
+            record["replication_clusters"] = check_replication_clusters(tenant, clusters)
+        auth = policies.auth_policies()
+        if auth is not None:
+            record["auth_policies"] = auth
+        store.create_namespace(ns, record)
         return no_content()
+
+    def check_replication_clusters(tenant: str, clusters: list[str]) -> list[str]:
+        """Pulsar's checks: every cluster known (412) and allowed by the tenant (403)."""
+        unknown = [c for c in clusters if not service.clusters.exists(c)]
+        if unknown:
+            raise RestError(412, f"Clusters do not exist: {', '.join(unknown)}")
+        allowed = service.tenant_allowed_clusters(tenant)
+        for c in clusters:
+            if allowed and c not in allowed:
+                raise RestError(
+                    403,
+                    f"Cluster {c} is not in the list of allowed clusters list for tenant "
+                    f"[{tenant}]",
+                )
+        return clusters
 
     @router.get(_NS)
     async def get_policies(tenant: str, namespace: str) -> Any:

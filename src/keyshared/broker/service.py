@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Any
 
+from keyshared.broker.clusters import ClusterRegistry
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import (
@@ -43,6 +44,7 @@ class BrokerService:
         self.nonpersistent = NonPersistentTopics(self)
         self.policies = PolicyService(storage.metadata, config)
         self.policies.add_listener(self._policies_changed)
+        self.clusters = ClusterRegistry(storage.metadata, config)
         self._ensure_defaults()
 
     def _policies_changed(self) -> None:
@@ -68,6 +70,12 @@ class BrokerService:
         info = self.storage.metadata.get_json(TENANTS_PREFIX + tenant)
         roles = info.get("adminRoles") if isinstance(info, dict) else None
         return [r for r in roles if isinstance(r, str)] if isinstance(roles, list) else []
+
+    def tenant_allowed_clusters(self, tenant: str) -> list[str]:
+        """The ``allowedClusters`` of ``tenant`` (empty when it does not exist)."""
+        info = self.storage.metadata.get_json(TENANTS_PREFIX + tenant)
+        found = info.get("allowedClusters") if isinstance(info, dict) else None
+        return [c for c in found if isinstance(c, str)] if isinstance(found, list) else []
 
     def namespace_permissions(self, namespace: str) -> dict[str, list[str]]:
         """``role -> actions`` granted on ``tenant/namespace`` (empty when none or no namespace)."""
