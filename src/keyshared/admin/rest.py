@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.service import NAMESPACES_PREFIX, TENANTS_PREFIX, BrokerService
@@ -40,11 +41,25 @@ class RestError(Exception):
 
 
 def install_rest_errors(app: FastAPI) -> None:
-    """Answer :class:`RestError` as Pulsar does: the status with ``{"reason": ...}``."""
+    """Answer :class:`RestError` as Pulsar does: the status with ``{"reason": ...}``; and an
+    admin path or method keyshared does not implement with 404 / 405 and a reason naming it."""
 
     @app.exception_handler(RestError)
     async def rest_error(_: Request, exc: RestError) -> Response:
         return JSONResponse({"reason": exc.reason}, status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        what = f"{request.method} {request.url.path}"
+        if exc.status_code == 404 and exc.detail == "Not Found":
+            reason = f"Not implemented by keyshared: {what}"
+        elif exc.status_code == 405:
+            reason = f"Method not allowed by keyshared: {what}"
+        else:
+            reason = str(exc.detail)
+        return JSONResponse(
+            {"reason": reason}, status_code=exc.status_code, headers=getattr(exc, "headers", None)
+        )
 
 
 class MessageIdData(BaseModel):
