@@ -12,7 +12,7 @@ from keyshared import __version__
 from keyshared.admin.dashboard import add_dashboard_routes
 from keyshared.admin.metrics import add_metrics_route
 from keyshared.admin.permissions import add_permission_routes
-from keyshared.admin.rest import install_rest_errors
+from keyshared.admin.rest import Resolver, install_rest_errors
 from keyshared.admin.routes_clusters import cluster_routes
 from keyshared.admin.routes_compaction import compaction_routes
 from keyshared.admin.routes_namespaces import namespace_routes
@@ -58,6 +58,8 @@ def create_app(service: BrokerService) -> FastAPI:
     @app.exception_handler(BrokerError)
     async def broker_error(_: Request, exc: BrokerError) -> Response:
         return ORJSONResponse({"reason": exc.message}, status_code=_HTTP_STATUS.get(exc.code, 500))
+
+    resolve = Resolver(service)
 
     def topic_name(tenant: str, namespace: str, topic: str) -> TopicName:
         name = service.parse_topic(f"persistent://{tenant}/{namespace}/{topic}")
@@ -140,18 +142,22 @@ def create_app(service: BrokerService) -> FastAPI:
 
         @app.get(topic_path, name=f"get_topic_{path}")
         async def get_topic(tenant: str, namespace: str, topic: str) -> Any:
-            return service.policies.topic_value(topic_name(tenant, namespace, topic).full, key)
+            return service.policies.topic_value(
+                resolve.policy_topic(tenant, namespace, topic).full, key
+            )
 
         @app.post(topic_path, status_code=204, name=f"set_topic_{path}")
         async def set_topic(
             tenant: str, namespace: str, topic: str, enabled: bool = Body(True)
         ) -> Response:
-            service.policies.update_topic(topic_name(tenant, namespace, topic).full, {key: enabled})
+            name = resolve.policy_topic(tenant, namespace, topic)
+            service.policies.update_topic(name.full, {key: enabled})
             return Response(status_code=204)
 
         @app.delete(topic_path, status_code=204, name=f"remove_topic_{path}")
         async def remove_topic(tenant: str, namespace: str, topic: str) -> Response:
-            service.policies.update_topic(topic_name(tenant, namespace, topic).full, {key: None})
+            name = resolve.policy_topic(tenant, namespace, topic)
+            service.policies.update_topic(name.full, {key: None})
             return Response(status_code=204)
 
     policy_routes(

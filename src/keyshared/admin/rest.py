@@ -177,6 +177,14 @@ class Resolver:
         self.namespace(tenant, namespace)
         return name
 
+    def policy_topic(self, tenant: str, namespace: str, topic: str) -> TopicName:
+        """The name of an existing topic (or partitioned topic) whose policies are asked for;
+        404 "Topic not found" otherwise, as Pulsar refuses policies of a missing topic."""
+        name = self.topic_name(tenant, namespace, topic)
+        if not self.exists(name) and self.partitions(name) == 0:
+            raise RestError(404, "Topic not found")
+        return name
+
     def partitions(self, name: TopicName) -> int:
         """Partitions of ``name`` (0 when it is not a partitioned topic)."""
         return self.service.partitions_of(name)

@@ -56,7 +56,7 @@ def compaction_routes(service: BrokerService) -> APIRouter:
     @router.get(_TOPIC + "/compactionThreshold")
     async def get_topic_threshold(tenant: str, namespace: str, topic: str) -> Any:
         """The topic's own threshold (null when it has none)."""
-        name = resolve.topic_name(tenant, namespace, topic)
+        name = resolve.policy_topic(tenant, namespace, topic)
         return store.topic_value(name.full, _THRESHOLD)
 
     @router.post(_TOPIC + "/compactionThreshold", status_code=204)
@@ -64,14 +64,14 @@ def compaction_routes(service: BrokerService) -> APIRouter:
         tenant: str, namespace: str, topic: str, value: Annotated[int, Body()]
     ) -> Response:
         """Set the topic's threshold in bytes."""
-        name = resolve.topic_name(tenant, namespace, topic)
+        name = resolve.policy_topic(tenant, namespace, topic)
         store.update_topic(name.full, {_THRESHOLD: check_threshold(value)})
         return no_content()
 
     @router.delete(_TOPIC + "/compactionThreshold", status_code=204)
     async def remove_topic_threshold(tenant: str, namespace: str, topic: str) -> Response:
         """Remove the topic's threshold (the namespace's or broker's applies)."""
-        name = resolve.topic_name(tenant, namespace, topic)
+        name = resolve.policy_topic(tenant, namespace, topic)
         store.update_topic(name.full, {_THRESHOLD: None})
         return no_content()
 

@@ -57,7 +57,7 @@ def sub_types_routes(service: BrokerService) -> APIRouter:
     @router.get(_TOPIC)
     async def get_topic_types(tenant: str, namespace: str, topic: str) -> list[str] | None:
         """The topic's own enabled subscription types (null when not set)."""
-        name = resolve.topic_name(tenant, namespace, topic)
+        name = resolve.policy_topic(tenant, namespace, topic)
         value = store.topic_value(name.full, POLICY_KEY)
         return list(value) if value else None
 
@@ -66,14 +66,14 @@ def sub_types_routes(service: BrokerService) -> APIRouter:
         tenant: str, namespace: str, topic: str, types: Annotated[list[str], Body()]
     ) -> Response:
         """Only these subscription types may subscribe to the topic."""
-        name = resolve.topic_name(tenant, namespace, topic)
+        name = resolve.policy_topic(tenant, namespace, topic)
         store.update_topic(name.full, {POLICY_KEY: _validated(types) or None})
         return no_content()
 
     @router.delete(_TOPIC, status_code=204)
     async def remove_topic_types(tenant: str, namespace: str, topic: str) -> Response:
         """Fall back to the namespace policy, else the broker setting."""
-        name = resolve.topic_name(tenant, namespace, topic)
+        name = resolve.policy_topic(tenant, namespace, topic)
         store.update_topic(name.full, {POLICY_KEY: None})
         return no_content()
 

@@ -198,9 +198,7 @@ def topic_routes(service: BrokerService) -> APIRouter:
 
     # --- topic policies ------------------------------------------------------------------
     def topic_policy(tenant: str, namespace: str, topic: str) -> tuple[TopicName, dict[str, Any]]:
-        name = resolve.topic_name(tenant, namespace, topic)
-        if not resolve.exists(name) and resolve.partitions(name) == 0:
-            raise RestError(404, "Topic not found")
+        name = resolve.policy_topic(tenant, namespace, topic)
         return name, store.topic(name.full)
 
     def applied(name: TopicName, key: str) -> Any:
