@@ -108,6 +108,11 @@ class BrokerConfig:
     brokerServiceCompactionThresholdInBytes: int = 0
     brokerServiceCompactionMonitorIntervalInSeconds: int = 60
     topicCompactionRetainNullKey: bool = False
+    # Limits (0 = unlimited); namespace and topic policies override them.
+    maxProducersPerTopic: int = 0
+    maxConsumersPerTopic: int = 0
+    maxConsumersPerSubscription: int = 0
+    maxSubscriptionsPerTopic: int = 0
     # --- dispatch ------------------------------------------------------------------------
     dispatcherMaxReadBatchSize: int = 100
     dispatcherMinReadBatchSize: int = 1

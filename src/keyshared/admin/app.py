@@ -15,6 +15,7 @@ from keyshared.admin.permissions import add_permission_routes
 from keyshared.admin.rest import Resolver, install_rest_errors
 from keyshared.admin.routes_clusters import cluster_routes
 from keyshared.admin.routes_compaction import compaction_routes
+from keyshared.admin.routes_limits import limit_routes
 from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
 from keyshared.admin.routes_sub_types import sub_types_routes
@@ -84,6 +85,7 @@ def create_app(service: BrokerService) -> FastAPI:
     app.include_router(subscription_routes(service))
     app.include_router(compaction_routes(service))
     app.include_router(sub_types_routes(service))
+    app.include_router(limit_routes(service))
     app.include_router(nonpersistent_routes(service))
 
     @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/hashBlockers")

@@ -174,6 +174,12 @@ class NamespacePolicies:
             except (ValueError, AttributeError) as exc:
                 raise RestError(412, str(exc)) from None
             out[SUB_TYPES] = sorted(set(types))
+        for field, policy in LIMIT_FIELDS.items():
+            limit = self._get(field, int)
+            if limit is not None:
+                if limit < 0:
+                    raise RestError(412, f"{policy} must be 0 or more")
+                out[field] = limit
         threshold = self._get(COMPACTION_THRESHOLD, int)
         if threshold is not None:
             if threshold < 0:
@@ -182,8 +188,17 @@ class NamespacePolicies:
         return out
 
 
+# Pulsar's Policies fields of the limits (broker/limits.py), by policy name.
+LIMIT_FIELDS: dict[str, str] = {
+    "max_producers_per_topic": "maxProducersPerTopic",
+    "max_consumers_per_topic": "maxConsumersPerTopic",
+    "max_consumers_per_subscription": "maxConsumersPerSubscription",
+    "max_subscriptions_per_topic": "maxSubscriptionsPerTopic",
+}
+
 _HANDLED = frozenset(
     {
+        *LIMIT_FIELDS,
         "auth_policies",
         "replication_clusters",
         DEDUPLICATION,
@@ -231,5 +246,6 @@ def namespace_view(
         "dispatcherPauseOnAckStatePersistentEnabled": policies.get(PAUSE_ON_ACK_STATE),
         SUB_TYPES: policies.get(SUB_TYPES) or [],
         COMPACTION_THRESHOLD: policies.get(COMPACTION_THRESHOLD),
+        **{field: policies.get(field) for field in LIMIT_FIELDS},
         "deleted": False,
     }

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from crc32c import crc32c
 
+from keyshared.broker import limits
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dispatch.nonpersistent import NonPersistentDispatcher, new_dispatcher
 from keyshared.broker.entry_meta import parse_entry_meta
@@ -195,6 +196,7 @@ class NonPersistentTopic:
         """Register ``producer``; names are unique per topic."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        limits.check_producers(self.service.policies, self.name, len(self.producers))
         self.producers.add(producer)
 
     def remove_producer(self, producer: Producer) -> None:
@@ -250,6 +252,7 @@ class NonPersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
+        limits.check_subscribe(self.service.policies, self.name, self.subscriptions, subscription)
         sub = self.subscriptions.get(subscription)
         if sub is None:
             sub = NonPersistentSubscription(self, subscription, durable=durable)

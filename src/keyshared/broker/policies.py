@@ -72,6 +72,21 @@ POLICIES: dict[str, Policy] = {
     "compactionThreshold": Policy(
         "compaction_threshold", "compactionThreshold", "brokerServiceCompactionThresholdInBytes"
     ),
+    # Limits: 0 means unlimited, at any level, as in Pulsar.
+    "maxProducersPerTopic": Policy(
+        "max_producers_per_topic", "maxProducersPerTopic", "maxProducersPerTopic"
+    ),
+    "maxConsumersPerTopic": Policy(
+        "max_consumers_per_topic", "maxConsumersPerTopic", "maxConsumersPerTopic"
+    ),
+    "maxConsumersPerSubscription": Policy(
+        "max_consumers_per_subscription",
+        "maxConsumersPerSubscription",
+        "maxConsumersPerSubscription",
+    ),
+    "maxSubscriptionsPerTopic": Policy(
+        "max_subscriptions_per_topic", "maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic"
+    ),
 }
 """Every policy the broker resolves, by the name callers use."""
 

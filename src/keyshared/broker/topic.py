@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keyshared.broker import limits
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dedup import Deduplication, Verdict
@@ -156,6 +157,7 @@ class PersistentTopic:
         """Register ``producer``; names are unique per topic."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        limits.check_producers(self.service.policies, self.name, len(self.producers))
         self.producers.add(producer)
 
     def remove_producer(self, producer: Producer) -> None:
@@ -295,6 +297,7 @@ class PersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
+        limits.check_subscribe(self.service.policies, self.name, self.subscriptions, subscription)
         sub = self.subscriptions.get(subscription)
         if sub is None:
             sub = self._create_subscription(
