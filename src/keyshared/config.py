@@ -113,6 +113,8 @@ class BrokerConfig:
     maxConsumersPerTopic: int = 0
     maxConsumersPerSubscription: int = 0
     maxSubscriptionsPerTopic: int = 0
+    maxTopicsPerNamespace: int = 0
+    maxNumPartitionsPerPartitionedTopic: int = 0
     # --- dispatch ------------------------------------------------------------------------
     dispatcherMaxReadBatchSize: int = 100
     dispatcherMinReadBatchSize: int = 1

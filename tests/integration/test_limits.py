@@ -73,7 +73,13 @@ def test_consumer_and_subscription_limits(broker: BrokerProcess) -> None:
 
 def test_broker_conf_limits_and_namespace_body(fresh_broker: BrokerProcess) -> None:
     fresh_broker.conf["maxProducersPerTopic"] = 1
+    fresh_broker.conf["maxNumPartitionsPerPartitionedTopic"] = 3
     b = fresh_broker.start()
+    partitioned = tpath("persistent://public/default/p")
+    refused = {"reason": "Number of partitions should be less than or equal to 3"}
+    assert b.admin("PUT", partitioned + "/partitions", 4) == (406, refused)
+    ok(b, "PUT", partitioned + "/partitions", 3)
+    assert b.admin("POST", partitioned + "/partitions", 4) == (406, refused)
     topic = "persistent://public/default/limited"
     client = make_client(b.service_url)
     try:
@@ -91,3 +97,25 @@ def test_broker_conf_limits_and_namespace_body(fresh_broker: BrokerProcess) -> N
             client.create_producer(other)
     finally:
         client.close()
+
+
+def test_topics_per_namespace(broker: BrokerProcess) -> None:
+    ns = new_namespace(broker)
+    path = f"/admin/v2/namespaces/{ns}/maxTopicsPerNamespace"
+    ok(broker, "POST", path, 3)
+    assert ok(broker, "GET", path) == 3
+    ok(broker, "PUT", tpath(f"persistent://{ns}/a"))
+    ok(broker, "PUT", tpath(f"persistent://{ns}/p", "partitions"), 2)  # counts two
+    refused = {"reason": "Exceed maximum number of topics in namespace."}
+    assert broker.admin("PUT", tpath(f"persistent://{ns}/b")) == (412, refused)
+    client = make_client(broker.service_url)
+    try:
+        # Auto-creation through the client is refused too; the existing partitions still work.
+        with pytest.raises(pulsar.NotAllowedError):
+            client.create_producer(f"persistent://{ns}/c")
+        client.create_producer(f"persistent://{ns}/p").send(b"x")
+    finally:
+        client.close()
+    ok(broker, "DELETE", path)
+    assert ok(broker, "GET", path) is None
+    ok(broker, "PUT", tpath(f"persistent://{ns}/b"))

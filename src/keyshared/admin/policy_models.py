@@ -194,6 +194,7 @@ LIMIT_FIELDS: dict[str, str] = {
     "max_consumers_per_topic": "maxConsumersPerTopic",
     "max_consumers_per_subscription": "maxConsumersPerSubscription",
     "max_subscriptions_per_topic": "maxSubscriptionsPerTopic",
+    "max_topics_per_namespace": "maxTopicsPerNamespace",
 }
 
 _HANDLED = frozenset(

@@ -237,7 +237,8 @@ def broker_error_status(code: ServerError) -> int:
 
 def as_rest_error(exc: BrokerError) -> RestError:
     """A broker error as an admin error."""
-    return RestError(broker_error_status(exc.code), exc.message)
+    status = getattr(exc, "http_status", None)
+    return RestError(status or broker_error_status(exc.code), exc.message)
 
 
 def no_content() -> Response:

@@ -1,7 +1,7 @@
 """Producer, consumer and subscription limits on Pulsar's namespace and topic admin paths.
 
 Namespaces: ``.../maxProducersPerTopic``, ``maxConsumersPerTopic``,
-``maxConsumersPerSubscription``, ``maxSubscriptionsPerTopic``; topics: ``.../maxProducers``,
+``maxConsumersPerSubscription``, ``maxSubscriptionsPerTopic``, ``maxTopicsPerNamespace``; topics: ``.../maxProducers``,
 ``maxConsumers``, ``maxConsumersPerSubscription``, ``maxSubscriptionsPerTopic``. ``POST`` takes
 the number (0 = unlimited), ``GET`` returns the level's own value (null when not set; on a topic
 ``?applied=true`` gives the one in force), ``DELETE`` falls back to the level above. The broker
@@ -44,7 +44,29 @@ def limit_routes(service: BrokerService) -> APIRouter:
     router = APIRouter(tags=["policies"])
     for policy, (ns_path, topic_path) in LIMIT_PATHS.items():
         _add(router, service, policy, ns_path, topic_path)
+    _add_namespace_only(router, service, "maxTopicsPerNamespace")
     return router
+
+
+def _add_namespace_only(router: APIRouter, service: BrokerService, policy: str) -> None:
+    resolve = Resolver(service)
+    store = service.policies
+
+    @router.get(_NS + policy, name=f"get_namespace_{policy}")
+    async def get_ns(tenant: str, namespace: str) -> int | None:
+        value = store.namespace_value(resolve.namespace(tenant, namespace), policy)
+        return None if value is None else int(value)
+
+    @router.post(_NS + policy, status_code=204, name=f"set_namespace_{policy}")
+    async def set_ns(tenant: str, namespace: str, value: Limit) -> Response:
+        ns = resolve.namespace(tenant, namespace)
+        store.update_namespace(ns, {policy: checked_limit(policy, value)})
+        return no_content()
+
+    @router.delete(_NS + policy, status_code=204, name=f"remove_namespace_{policy}")
+    async def remove_ns(tenant: str, namespace: str) -> Response:
+        store.update_namespace(resolve.namespace(tenant, namespace), {policy: None})
+        return no_content()
 
 
 def _add(

@@ -24,6 +24,26 @@ def _limit(policies: PolicyService, name: TopicName, policy: str) -> int:
     return int(policies.effective(name, policy) or 0)
 
 
+TOPICS_EXCEEDED = "Exceed maximum number of topics in namespace."
+
+
+class TopicQuotaExceeded(BrokerError):
+    """``maxTopicsPerNamespace`` reached: NotAllowed for a client, 412 on the admin API."""
+
+    http_status = 412
+
+    def __init__(self) -> None:
+        super().__init__(ServerError.NotAllowedError, TOPICS_EXCEEDED)
+
+
+def check_topics(policies: PolicyService, namespace: str, current: int, adding: int) -> None:
+    """Refuse ``adding`` topics (partitions count one each) to a namespace that has ``current``
+    when that would pass ``maxTopicsPerNamespace``."""
+    limit = int(policies.namespace_effective(namespace, "maxTopicsPerNamespace") or 0)
+    if limit > 0 and current + adding > limit:
+        raise TopicQuotaExceeded()
+
+
 def check_producers(policies: PolicyService, name: TopicName, producers: int) -> None:
     """Refuse one more producer on a topic that has ``producers`` already at its limit."""
     limit = _limit(policies, name, "maxProducersPerTopic")

@@ -87,6 +87,10 @@ POLICIES: dict[str, Policy] = {
     "maxSubscriptionsPerTopic": Policy(
         "max_subscriptions_per_topic", "maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic"
     ),
+    # A namespace-only policy: resolved by namespace_effective.
+    "maxTopicsPerNamespace": Policy(
+        "max_topics_per_namespace", "maxTopicsPerNamespace", "maxTopicsPerNamespace"
+    ),
 }
 """Every policy the broker resolves, by the name callers use."""
 
@@ -125,6 +129,11 @@ class PolicyService:
         if policy.is_set(value):
             return value
         return getattr(self.config, policy.broker_key)
+
+    def namespace_effective(self, namespace: str, name: str) -> Any:
+        """Policy ``name`` in force on ``namespace``: its own value, else the broker setting."""
+        value = self.namespace_value(namespace, name)
+        return getattr(self.config, POLICIES[name].broker_key) if value is None else value
 
     def enabled_sub_types(self, topic: TopicName) -> frozenset[str]:
         """Subscription types ``topic`` accepts (``subscriptionTypesEnabled`` resolved)."""

@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Any
 
+from keyshared.broker import limits
 from keyshared.broker.clusters import ClusterRegistry
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
 from keyshared.broker.errors import BrokerError, ServerError
@@ -115,6 +116,7 @@ class BrokerService:
         if self.topic_exists(name):
             raise BrokerError(ServerError.NotAllowedError, f"Topic {name} exists (non-partitioned)")
         self._check_namespace(name)
+        self._check_topic_quota(name, partitions)
         self.storage.metadata.put(PARTITIONS_PREFIX + name.full, _json({"partitions": partitions}))
 
     def update_partitioned_topic(self, name: TopicName, partitions: int) -> None:
@@ -124,6 +126,7 @@ class BrokerService:
             raise BrokerError(ServerError.TopicNotFound, f"Partitioned topic {name} not found")
         if partitions <= current:
             raise BrokerError(ServerError.NotAllowedError, "Number of partitions can only grow")
+        self._check_topic_quota(name, partitions - current)
         self.storage.metadata.put(PARTITIONS_PREFIX + name.full, _json({"partitions": partitions}))
 
     def list_partitioned_topics(self, namespace: str) -> list[str]:
@@ -151,6 +154,20 @@ class BrokerService:
                 ServerError.TopicNotFound, f"Namespace {name.namespace_name} does not exist"
             )
 
+    def topic_count(self, namespace: str) -> int:
+        """Persistent topics of ``namespace`` as Pulsar counts them for
+        ``maxTopicsPerNamespace``: every partition of a partitioned topic counts."""
+        names = set(self.list_topics(namespace))
+        for base in self.list_partitioned_topics(namespace):
+            name = TopicName.parse(base)
+            names.update(name.partition(i).full for i in range(self.partitions_of(name)))
+        return len(names)
+
+    def _check_topic_quota(self, name: TopicName, adding: int) -> None:
+        limits.check_topics(
+            self.policies, name.namespace_name, self.topic_count(name.namespace_name), adding
+        )
+
     def get_topic(self, name: TopicName, *, create: bool) -> PersistentTopic:
         """The loaded topic ``name``; created on first use if allowed."""
         topic = self.topics.get(name.full)
@@ -172,6 +189,8 @@ class BrokerService:
             if not is_partition_of_existing and not (create and self.config.allowAutoTopicCreation):
                 raise BrokerError(ServerError.TopicNotFound, f"Topic {name} does not exist")
             self._check_namespace(name)
+            if not is_partition_of_existing:
+                self._check_topic_quota(name, 1)
             self.storage.metadata.put(TOPICS_PREFIX + name.full, _json({}))
         ledger = self.storage.open_managed_ledger(name.full)
         topic = PersistentTopic(name, ledger, self, self.scheduler)
@@ -191,6 +210,7 @@ class BrokerService:
         if self.topic_exists(name) or self.partitions_of(name) > 0:
             raise BrokerError(ServerError.NotAllowedError, f"Topic {name} already exists")
         self._check_namespace(name)
+        self._check_topic_quota(name, 1)
         self.storage.metadata.put(TOPICS_PREFIX + name.full, _json({}))
         return self.get_topic(name, create=True)
 
