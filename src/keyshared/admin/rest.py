@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.service import NAMESPACES_PREFIX, TENANTS_PREFIX, BrokerService
+from keyshared.broker.service import TENANTS_PREFIX, BrokerService
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import TopicName
@@ -149,10 +149,7 @@ class Resolver:
 
     def namespaces_of(self, tenant: str) -> list[str]:
         """``tenant/ns`` names of the tenant's namespaces."""
-        prefix = NAMESPACES_PREFIX + tenant + "/"
-        return [
-            k[len(NAMESPACES_PREFIX) :] for k in self.service.storage.metadata.list_keys(prefix)
-        ]
+        return self.service.policies.namespaces_of(tenant)
 
     def topics_of(self, namespace: str) -> list[str]:
         """Every topic of ``namespace`` as Pulsar lists them: non-partitioned topics and all

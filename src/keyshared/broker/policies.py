@@ -174,6 +174,11 @@ class PolicyService:
         """True if ``tenant/namespace`` exists."""
         return self.metadata.get(NAMESPACES_PREFIX + namespace) is not None
 
+    def namespaces_of(self, tenant: str) -> list[str]:
+        """``tenant/ns`` names of the tenant's namespaces."""
+        prefix = NAMESPACES_PREFIX + tenant + "/"
+        return [k[len(NAMESPACES_PREFIX) :] for k in self.metadata.list_keys(prefix)]
+
     def create_namespace(self, namespace: str, record: Mapping[str, Any] | None = None) -> None:
         """Create ``namespace`` with its initial stored record (raw ``Policies`` fields)."""
         self.metadata.put_json(NAMESPACES_PREFIX + namespace, dict(record or {}))

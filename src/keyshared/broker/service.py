@@ -17,6 +17,7 @@ from keyshared.broker.nonpersistent_topic import (
     NonPersistentTopic,
     NonPersistentTopics,
 )
+from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import InvalidTopicName, TopicName
@@ -27,7 +28,6 @@ log = logging.getLogger(__name__)
 
 PARTITIONS_PREFIX = "partitioned-topics/"
 TENANTS_PREFIX = "tenants/"
-NAMESPACES_PREFIX = "namespaces/"
 TOPICS_PREFIX = "topics/"
 
 
@@ -58,8 +58,8 @@ class BrokerService:
         md = self.storage.metadata
         if md.get(TENANTS_PREFIX + "public") is None:
             md.put(TENANTS_PREFIX + "public", _json({"adminRoles": [], "allowedClusters": []}))
-        if md.get(NAMESPACES_PREFIX + "public/default") is None:
-            md.put(NAMESPACES_PREFIX + "public/default", _json({}))
+        if not self.policies.namespace_exists("public/default"):
+            self.policies.create_namespace("public/default")
 
     def namespace_exists(self, namespace: str) -> bool:
         """True if ``tenant/namespace`` exists."""
