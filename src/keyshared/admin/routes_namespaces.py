@@ -70,7 +70,8 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         return no_content()
 
     def check_replication_clusters(tenant: str, clusters: list[str]) -> list[str]:
-        """Pulsar's checks: every cluster known (412) and allowed by the tenant (403)."""
+        """Pulsar's checks: every cluster known (412) and allowed by the tenant (403); then
+        501 for another cluster than this one."""
         unknown = [c for c in clusters if not service.clusters.exists(c)]
         if unknown:
             raise RestError(412, f"Clusters do not exist: {', '.join(unknown)}")
@@ -82,6 +83,15 @@ def namespace_routes(service: BrokerService) -> APIRouter:
                     f"Cluster {c} is not in the list of allowed clusters list for tenant "
                     f"[{tenant}]",
                 )
+        # The storage is ready for geo-replication; until it replicates, saying it does would
+        # be a silent success.
+        remote = [c for c in clusters if c != service.clusters.local]
+        if remote:
+            raise RestError(
+                501,
+                f"Replication to other clusters is not implemented by keyshared: "
+                f"{', '.join(remote)}",
+            )
         return clusters
 
     @router.get(_NS)
@@ -139,6 +149,26 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         return no_content()
 
     # --- policies ----------------------------------------------------------------------------
+    @router.get(_NS + "/replication")
+    async def get_replication_clusters(tenant: str, namespace: str) -> list[str]:
+        """The clusters the namespace replicates to (the local one when none was set)."""
+        record = store.namespace(resolve.namespace(tenant, namespace)) or {}
+        return list(record.get("replication_clusters") or [service.clusters.local])
+
+    @router.post(_NS + "/replication", status_code=204)
+    async def set_replication_clusters(
+        tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
+    ) -> Response:
+        """Set the namespace's ``replication_clusters`` (each known and allowed by the tenant;
+        501 naming a cluster other than this one, as replication is not implemented yet)."""
+        ns = resolve.namespace(tenant, namespace)
+        if not clusters:
+            raise RestError(412, "ClusterIds should not be null or empty")
+        store.set_namespace(
+            ns, "replication_clusters", check_replication_clusters(tenant, sorted(set(clusters)))
+        )
+        return no_content()
+
     @router.get(_NS + "/deduplication")
     async def get_deduplication(tenant: str, namespace: str) -> bool | None:
         """The namespace's deduplication setting (null when not set)."""
