@@ -103,6 +103,7 @@ def test_namespace_body_is_honoured_whole(broker: BrokerProcess) -> None:
         # Fields a Java client sends with their defaults: they ask for nothing.
         "bundles": {"boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1},
         "backlog_quota_map": {},
+        "allowed_clusters": [],
         "encryption_required": False,
         "subscription_auth_mode": "None",
         "offload_threshold": -1,
@@ -135,10 +136,19 @@ def test_namespace_body_refuses_what_it_cannot_honour_by_name(broker: BrokerProc
     path = f"/admin/v2/namespaces/{tenant}/ns"
     quota = {"destination_storage": {"limit": 10, "policy": "producer_request_hold"}}
     status, body = broker.admin(
-        "PUT", path, {"backlog_quota_map": quota, "encryption_required": True}
+        "PUT",
+        path,
+        {
+            "backlog_quota_map": quota,
+            "encryption_required": True,
+            "allowed_clusters": ["standalone"],
+        },
     )
     assert status == 501
-    assert "backlog_quota_map" in body["reason"] and "encryption_required" in body["reason"]
+    assert body["reason"] == (
+        "Namespace policies not implemented by keyshared: "
+        "allowed_clusters, backlog_quota_map, encryption_required"
+    )
     status, body = broker.admin("PUT", path, {"replication_clusters": ["elsewhere"]})
     assert status == 412 and "elsewhere" in body["reason"]
     status, body = broker.admin("PUT", path, {"message_ttl_in_seconds": "soon"})

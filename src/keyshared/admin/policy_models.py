@@ -59,12 +59,11 @@ _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
     "schema_compatibility_strategy": "UNDEFINED",
     "schema_auto_update_compatibility_strategy": "Full",
 }
-# Accepted and ignored, with the reason: one broker owns every bundle of every namespace, and
-# ``deleted`` / ``allowed_clusters`` are Pulsar's own bookkeeping.
+# Accepted whatever their value, with the reason: one broker owns every bundle of every
+# namespace, and ``deleted`` is Pulsar's own bookkeeping.
 NAMESPACE_NO_OPS: dict[str, str] = {
     "bundles": "one broker owns every bundle",
     "deleted": "Pulsar's deletion marker, not a policy",
-    "allowed_clusters": "not checked: every namespace may use the tenant's clusters",
 }
 _AUTH_FIELDS = ("namespace_auth", "destination_auth", "subscription_auth_roles")
 _ACTIONS = frozenset({"produce", "consume", "functions", "sources", "sinks", "packages"})
