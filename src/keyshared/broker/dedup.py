@@ -1,159 +1,488 @@
-"""Message deduplication: a producer's resent sequence ids are confirmed, never stored twice.
+"""Message deduplication: a message is dropped only if that very message was stored before.
 
-Pulsar's MessageDeduplication, with one difference the issue asks for: a duplicate is answered
-with the message id of the original (Pulsar answers ``-1:-1``) whenever the original is recent
-enough to be remembered (the last ``RECENT_LIMIT`` sends per topic); older duplicates get
-``-1:-1`` as in Pulsar.
+Pulsar's MessageDeduplication keeps one number per producer, the highest sequence id pushed,
+and drops every send at or below it. That is wrong as soon as a producer's entries do not
+carry rising sequence ids: key-based batching (the batching Key_Shared users are told to use)
+fills one batch per key and flushes them together, so a batch holding ids 1, 17, 33 goes out
+after one holding 0, 16, 32, ..., 48, and Pulsar drops it (apache/pulsar#15413).
 
-State lives "with the data": a snapshot of the highest persisted sequence id per producer name
-is written to the metadata store every ``SNAPSHOT_INTERVAL`` entries and on close, and on load
-the entries after the snapshot are scanned (their metadata carries producer name and sequence
-ids), so a crash between snapshots loses nothing.
+Here each producer's *persisted sequence ids* are kept exactly, as disjoint ranges, and a send
+is a duplicate only if every message it holds is among them (or is being written right now,
+in which case its answer waits for that write). The sequence ids of a batch's messages are
+read from the batch itself (each ``SingleMessageMetadata.sequence_id``, which the official
+clients set): the SEND command's ``sequence_id`` is only the first of them and, without
+``highest_sequence_id`` (the C++ client never sets it), ``sequence_id + num_messages - 1`` is
+not the last one for a key-based batch. A chunked message is one sequence id stored as several
+entries; each chunk is tracked until the last one is stored.
+
+Bound: at most ``max_ranges`` ranges per producer (:data:`MAX_RANGES`). A producer whose ids
+are contiguous (the client's own counter, key-based batching included once its batches have
+landed) needs one range whatever it sends; each hole left behind (a send that failed for good,
+explicit ids with gaps) costs one. Past the bound the oldest ranges are forgotten and the
+producer's *floor* rises to the first range kept: an id below the floor is no longer known
+either way and is **stored** (at worst a duplicate, logged and counted in
+``duplicates_maybe_stored``), never dropped, because a message that may be new must not be
+lost. Refusing it instead would not help: the client answers a send error by reconnecting and
+resending the same message, forever. Likewise at most :data:`MAX_PARTIAL_CHUNKED` chunked
+messages per producer are tracked half-stored; past that the oldest is forgotten and its
+chunks are stored again if resent. A batch some of whose messages were stored and some not
+(a client that re-batched resent messages) is stored whole: its new messages must not be lost.
+An encrypted batch's body cannot be read: only the ids its metadata names (the first, and the
+highest if sent) are tracked, so a resend of that batch is a duplicate but a lone resend of one
+of its other messages would be stored. Producer names are not expired (Pulsar forgets a name
+after ``brokerDeduplicationProducerInactivityTimeoutMinutes``): the state grows by one entry
+per producer name that ever wrote to the topic.
+
+A duplicate is answered with the original's message id while the original is among the last
+:data:`RECENT_LIMIT` entries recorded for the topic; older ones get ``-1:-1`` as in Pulsar.
+
+:class:`DedupState` is the decision logic, synchronous and free of I/O so that tests and a
+simulator can drive it; :class:`Deduplication` adds the topic's ledger and metadata store:
+a snapshot of the state is written to the metadata store (SQLite, key ``dedup/<topic>``) every
+:data:`SNAPSHOT_INTERVAL` entries and on close, naming the last entry it covers; recovery
+loads it and replays the entries after it, reading each one's per-message sequence ids. The
+snapshot only ever covers entries already durable, so after a crash or a power loss the state
+is rebuilt from synced data alone: an older snapshot just means a longer replay.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from keyshared.protocol import parse_metadata
+from keyshared.broker.sequence_ids import SendIds, SequenceRanges, ids_of
+from keyshared.protocol import split_payload
 from keyshared.storage.position import Position
 
 if TYPE_CHECKING:
     from keyshared.storage.ledger import ManagedLedger
     from keyshared.storage.metadata import MetadataStore
 
+log = logging.getLogger(__name__)
+
 SNAPSHOT_INTERVAL = 1000
+"""Entries recorded between two snapshots (Pulsar's ``brokerDeduplicationEntriesInterval``)."""
 RECENT_LIMIT = 100_000
+"""Entries per topic whose position is remembered to answer a duplicate with it."""
+MAX_RANGES = 4096
+"""Ranges of persisted sequence ids kept per producer (~72 bytes each in memory)."""
+MAX_PARTIAL_CHUNKED = 64
+"""Chunked messages per producer tracked while only some of their chunks are stored."""
 _SCAN_BATCH = 500
+_SNAPSHOT_VERSION = 2
+
+T = TypeVar("T", bound=Hashable)
+
+__all__ = [
+    "DUPLICATE",
+    "NEW",
+    "WAIT",
+    "Decision",
+    "DedupState",
+    "Deduplication",
+    "ProducerState",
+]
+
+
+# --- the decision logic -----------------------------------------------------------------
+
+NEW = "new"
+DUPLICATE = "duplicate"
+WAIT = "wait"
 
 
 @dataclass(slots=True)
-class Verdict:
-    """What to do with one send: store it, or answer it from the original."""
+class Decision(Generic[T]):
+    """What to do with one send.
 
-    duplicate: bool
+    ``NEW``: store it. ``DUPLICATE``: confirm it with ``position`` (the original, or None when
+    forgotten) without storing. ``WAIT``: the same messages are being written right now by an
+    earlier send (whose tokens are ``waits``); answer like it once those writes end.
+    """
+
+    kind: str
     position: Position | None = None
-    in_flight: asyncio.Future[None] | None = None
+    waits: tuple[T, ...] = ()
 
 
-NEW = Verdict(False)
+@dataclass(slots=True)
+class _Chunked:
+    num_chunks: int
+    stored: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class ProducerState(Generic[T]):
+    """One producer name's persisted and in-flight sequence ids."""
+
+    persisted: SequenceRanges = field(default_factory=SequenceRanges)
+    highest: int = -1
+    # Ids below the floor are no longer known: stored if sent (see the module docstring).
+    floor: int | None = None
+    chunked: OrderedDict[int, _Chunked] = field(default_factory=OrderedDict)
+    in_flight: dict[int, T] = field(default_factory=dict)
+    chunks_in_flight: dict[tuple[int, int], T] = field(default_factory=dict)
+
+
+class DedupState(Generic[T]):
+    """Per-topic deduplication decisions, pure and synchronous.
+
+    The caller asks :meth:`check` before storing a send; for a ``NEW`` one it calls
+    :meth:`pushed` when the entry is handed to storage (with a token that identifies that
+    write, e.g. its future) and then :meth:`persisted` or :meth:`failed` once the write ends.
+    """
+
+    def __init__(self, max_ranges: int = MAX_RANGES, recent_limit: int = RECENT_LIMIT) -> None:
+        self.producers: dict[str, ProducerState[T]] = {}
+        self.max_ranges = max_ranges
+        self.recent_limit = recent_limit
+        self._recent: OrderedDict[tuple[str, int, int], Position] = OrderedDict()
+        self.duplicates_dropped = 0
+        self.duplicates_maybe_stored = 0
+
+    # --- queries ---------------------------------------------------------------------------
+    def last_sequence_id(self, producer_name: str) -> int:
+        """Highest persisted sequence id of ``producer_name`` (-1 if none)."""
+        st = self.producers.get(producer_name)
+        return st.highest if st is not None else -1
+
+    def is_persisted(self, producer_name: str, sequence_id: int) -> bool | None:
+        """Whether the id is known persisted; None when it is below the producer's floor."""
+        st = self.producers.get(producer_name)
+        if st is None:
+            return False
+        if sequence_id in st.persisted:
+            return True
+        if st.floor is not None and sequence_id < st.floor:
+            return None
+        return False
+
+    def original(self, producer_name: str, send: SendIds) -> Position | None:
+        """Where the entry that first stored ``send`` is, if still remembered."""
+        chunk_id = send.chunk[0] if send.chunk is not None else -1
+        return self._recent.get((producer_name, send.first, chunk_id))
+
+    def check(self, producer_name: str, send: SendIds) -> Decision[T]:
+        """Classify a send before it is stored."""
+        st = self.producers.get(producer_name)
+        if st is None:
+            return Decision(NEW)
+        if send.chunk is not None:
+            return self._check_chunk(producer_name, st, send.first, send.chunk[0])
+        seen = 0
+        writing = 0
+        unknown = 0
+        waits: dict[T, None] = {}
+        floor = st.floor
+        persisted = st.persisted
+        in_flight = st.in_flight
+        for i in send.ids:
+            if i in persisted:
+                seen += 1
+                continue
+            tok = in_flight.get(i)
+            if tok is not None:
+                writing += 1
+                waits[tok] = None
+            elif floor is not None and i < floor:
+                unknown += 1
+        if seen + writing == len(send.ids):
+            self.duplicates_dropped += 1
+            if waits:
+                return Decision(WAIT, None, tuple(waits))
+            return Decision(DUPLICATE, self.original(producer_name, send))
+        if seen or writing or unknown:
+            self.duplicates_maybe_stored += 1
+            log.warning(
+                "producer %s: entry with sequence id %d holds messages stored before or not "
+                "known either way (%d of %d); storing it so that none is lost",
+                producer_name,
+                send.first,
+                seen + writing + unknown,
+                len(send.ids),
+            )
+        return Decision(NEW)
+
+    def _check_chunk(
+        self, producer_name: str, st: ProducerState[T], seq: int, chunk_id: int
+    ) -> Decision[T]:
+        key = (producer_name, seq, chunk_id)
+        if seq in st.persisted:
+            self.duplicates_dropped += 1
+            return Decision(DUPLICATE, self._recent.get(key))
+        progress = st.chunked.get(seq)
+        if progress is not None and chunk_id in progress.stored:
+            self.duplicates_dropped += 1
+            return Decision(DUPLICATE, self._recent.get(key))
+        tok = st.chunks_in_flight.get((seq, chunk_id))
+        if tok is not None:
+            self.duplicates_dropped += 1
+            return Decision(WAIT, None, (tok,))
+        if st.floor is not None and seq < st.floor:
+            self.duplicates_maybe_stored += 1
+        return Decision(NEW)
+
+    # --- updates ---------------------------------------------------------------------------
+    def _state(self, producer_name: str) -> ProducerState[T]:
+        st = self.producers.get(producer_name)
+        if st is None:
+            st = self.producers[producer_name] = ProducerState()
+        return st
+
+    def pushed(self, producer_name: str, send: SendIds, token: T) -> None:
+        """A ``NEW`` send was handed to storage as the write ``token``."""
+        st = self._state(producer_name)
+        if send.chunk is not None:
+            st.chunks_in_flight[(send.first, send.chunk[0])] = token
+            return
+        for i in send.ids:
+            st.in_flight[i] = token
+
+    def failed(self, producer_name: str, send: SendIds, token: T) -> None:
+        """The write ``token`` failed: its messages are not stored (a resend is new)."""
+        st = self.producers.get(producer_name)
+        if st is not None:
+            self._forget_in_flight(st, send, token)
+
+    def persisted(
+        self, producer_name: str, send: SendIds, position: Position, token: T | None = None
+    ) -> None:
+        """The entry at ``position`` holding ``send`` is durable (``token``: its write, or
+        None when replayed from the log)."""
+        st = self._state(producer_name)
+        if token is not None:
+            self._forget_in_flight(st, send, token)
+        if send.chunk is not None:
+            self._chunk_persisted(producer_name, st, send.first, send.chunk, position)
+            return
+        self._remember(producer_name, send.first, -1, position)
+        st.persisted.add(send.ids)
+        top = max(send.ids)
+        if top > st.highest:
+            st.highest = top
+        self._bound(producer_name, st)
+
+    def _chunk_persisted(
+        self,
+        producer_name: str,
+        st: ProducerState[T],
+        seq: int,
+        chunk: tuple[int, int],
+        position: Position,
+    ) -> None:
+        chunk_id, num_chunks = chunk
+        self._remember(producer_name, seq, chunk_id, position)
+        if seq in st.persisted:
+            return
+        progress = st.chunked.get(seq)
+        if progress is None:
+            progress = st.chunked[seq] = _Chunked(num_chunks)
+        progress.stored.add(chunk_id)
+        if len(progress.stored) >= progress.num_chunks:
+            del st.chunked[seq]
+            st.persisted.add((seq,))
+            if seq > st.highest:
+                st.highest = seq
+            self._remember(producer_name, seq, -1, position)
+        self._bound(producer_name, st)
+
+    @staticmethod
+    def _forget_in_flight(st: ProducerState[T], send: SendIds, token: T) -> None:
+        if send.chunk is not None:
+            key = (send.first, send.chunk[0])
+            if st.chunks_in_flight.get(key) is token:
+                del st.chunks_in_flight[key]
+            return
+        in_flight = st.in_flight
+        for i in send.ids:
+            if in_flight.get(i) is token:
+                del in_flight[i]
+
+    def _remember(self, producer_name: str, seq: int, chunk_id: int, position: Position) -> None:
+        recent = self._recent
+        recent[(producer_name, seq, chunk_id)] = position
+        if len(recent) > self.recent_limit:
+            recent.popitem(last=False)
+
+    def _bound(self, producer_name: str, st: ProducerState[T]) -> None:
+        while len(st.chunked) > MAX_PARTIAL_CHUNKED:
+            seq, _ = st.chunked.popitem(last=False)
+            log.warning(
+                "producer %s: forgetting half-stored chunked message %d (over %d)",
+                producer_name,
+                seq,
+                MAX_PARTIAL_CHUNKED,
+            )
+        if len(st.persisted) > self.max_ranges:
+            while len(st.persisted) > self.max_ranges:
+                st.floor = st.persisted.drop_lowest()
+            log.info(
+                "producer %s: over %d sequence-id ranges, ids below %d are no longer tracked "
+                "(such a send is stored)",
+                producer_name,
+                self.max_ranges,
+                st.floor,
+            )
+
+    # --- persistence -----------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The persisted part of the state (in-flight writes are not)."""
+        out: dict[str, Any] = {}
+        for name, st in self.producers.items():
+            entry: dict[str, Any] = {"highest": st.highest, "ranges": st.persisted.bounds}
+            if st.floor is not None:
+                entry["floor"] = st.floor
+            if st.chunked:
+                entry["chunked"] = [
+                    [seq, c.num_chunks, sorted(c.stored)] for seq, c in st.chunked.items()
+                ]
+            out[name] = entry
+        return out
+
+    def load_json(self, producers: dict[str, Any]) -> None:
+        """Restore what :meth:`to_json` wrote."""
+        for name, entry in producers.items():
+            st: ProducerState[T] = ProducerState()
+            if isinstance(entry, int):
+                # A version-1 snapshot held only Pulsar's highest id: what lies at or below it
+                # is unknown, so it is stored if sent again (never dropped on a guess).
+                st.highest = entry
+                st.floor = entry + 1
+            else:
+                st.highest = int(entry["highest"])
+                st.persisted = SequenceRanges(int(b) for b in entry["ranges"])
+                floor = entry.get("floor")
+                st.floor = int(floor) if floor is not None else None
+                for seq, n, stored in entry.get("chunked", ()):
+                    st.chunked[int(seq)] = _Chunked(int(n), {int(c) for c in stored})
+            self.producers[name] = st
+
+
+# --- the topic's deduplication: state + ledger + metadata store -------------------------
 
 
 class Deduplication:
-    """Per-topic sequence-id bookkeeping."""
+    """A topic's deduplication: :class:`DedupState` kept with the topic's data."""
 
-    def __init__(self, topic_name: str, ledger: ManagedLedger, metadata: MetadataStore) -> None:
+    def __init__(
+        self,
+        topic_name: str,
+        ledger: ManagedLedger,
+        metadata: MetadataStore,
+        max_ranges: int = MAX_RANGES,
+    ) -> None:
         self.key = f"dedup/{topic_name}"
         self.ledger = ledger
         self.metadata = metadata
-        self.persisted: dict[str, int] = {}
-        self.pushed: dict[str, int] = {}
-        self._recent: OrderedDict[tuple[str, int], Position] = OrderedDict()
-        self._in_flight: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self.state: DedupState[Any] = DedupState(max_ranges)
         self._since_snapshot = 0
-        # Every entry up to here has been recorded (records happen in position order).
-        self._last_recorded: Position | None = None
+        # Every entry up to here is recorded (or was a failed write): what a snapshot covers.
+        self._covered: Position | None = None
+        # Writes handed to storage, in position order, and whether each has ended.
+        self._outstanding: OrderedDict[Position, bool] = OrderedDict()
 
-    # --- recovery ------------------------------------------------------------------------
+    # --- recovery --------------------------------------------------------------------------
     async def recover(self) -> None:
         """Load the snapshot and replay the entries written after it."""
         snap: Any = self.metadata.get_json(self.key)
         start: Position | None = None
+        lac = self.ledger.last_add_confirmed
         if snap:
-            self.persisted = {k: int(v) for k, v in snap.get("producers", {}).items()}
             pos = snap.get("position")
-            if pos is not None:
-                start = self.ledger.next_position(Position(int(pos[0]), int(pos[1])))
+            covered = Position(int(pos[0]), int(pos[1])) if pos is not None else None
+            if covered is not None and covered > lac:
+                # The log lost entries the snapshot covers (unsynced writes): rebuild from the
+                # log alone rather than trust ids it no longer holds.
+                log.warning(
+                    "%s: deduplication snapshot is ahead of the log, replaying it", self.key
+                )
+            else:
+                self.state.load_json(snap.get("producers", {}))
+                if covered is not None:
+                    self._covered = covered
+                    start = self.ledger.next_position(covered)
         if start is None:
             start = self.ledger.first_position
-        lac = self.ledger.last_add_confirmed
+        replayed = 0
         while start is not None and start <= lac:
             entries = await self.ledger.read_entries(start, _SCAN_BATCH)
             if not entries:
                 break
             for e in entries:
+                self._covered = e.position
                 try:
-                    md = parse_metadata(e.data)
+                    md, payload = split_payload(e.data)
+                    ids = ids_of(md, payload)
                 except Exception:  # a stored entry always parsed once; skip if not
                     continue
-                highest = md.highest_sequence_id if md.HasField("highest_sequence_id") else 0
-                if md.HasField("num_messages_in_batch") and md.num_messages_in_batch > 1:
-                    highest = max(highest, md.sequence_id + md.num_messages_in_batch - 1)
-                highest = max(highest, md.sequence_id)
-                self._record(md.producer_name, md.sequence_id, highest, e.position)
+                self.state.persisted(md.producer_name, ids, e.position)
+                replayed += 1
             start = self.ledger.next_position(entries[-1].position)
-        self.pushed = dict(self.persisted)
+        if replayed:
+            log.info("%s: replayed %d entries for deduplication", self.key, replayed)
 
-    # --- the check -----------------------------------------------------------------------
+    # --- the check -------------------------------------------------------------------------
     def last_sequence_id(self, producer_name: str) -> int:
         """Highest persisted sequence id of ``producer_name`` (-1 if none)."""
-        return self.persisted.get(producer_name, -1)
+        return self.state.last_sequence_id(producer_name)
 
-    def check(self, producer_name: str, sequence_id: int, highest: int) -> Verdict:
+    def check(self, producer_name: str, send: SendIds) -> Decision[Any]:
         """Classify a send before it is stored."""
-        last = self.pushed.get(producer_name, -1)
-        if highest > last:
-            return NEW
-        key = (producer_name, sequence_id)
-        fut = self._in_flight.get(key)
-        if fut is not None and not fut.done():
-            return Verdict(True, self._recent.get(key), fut)
-        return Verdict(True, self._recent.get(key))
+        return self.state.check(producer_name, send)
 
     def pushed_send(
-        self,
-        producer_name: str,
-        sequence_id: int,
-        highest: int,
-        position: Position,
-        fut: asyncio.Future[None],
+        self, producer_name: str, send: SendIds, position: Position, token: Any
     ) -> None:
-        """A new send was handed to storage."""
-        self.pushed[producer_name] = max(self.pushed.get(producer_name, -1), highest)
-        key = (producer_name, sequence_id)
-        self._in_flight[key] = fut
-        self._recent[key] = position
-        if len(self._recent) > RECENT_LIMIT:
-            self._recent.popitem(last=False)
+        """A new send was handed to storage at ``position``."""
+        self.state.pushed(producer_name, send, token)
+        self._outstanding[position] = False
 
     def persisted_send(
-        self, producer_name: str, sequence_id: int, highest: int, position: Position
+        self, producer_name: str, send: SendIds, position: Position, token: Any
     ) -> None:
         """A send became durable."""
-        self._in_flight.pop((producer_name, sequence_id), None)
-        self._record(producer_name, sequence_id, highest, position)
+        self.state.persisted(producer_name, send, position, token)
+        self._ended(position)
         self._since_snapshot += 1
         if self._since_snapshot >= SNAPSHOT_INTERVAL:
             self.snapshot()
 
-    def failed_send(self, producer_name: str, sequence_id: int) -> None:
+    def failed_send(
+        self, producer_name: str, send: SendIds, position: Position, token: Any
+    ) -> None:
         """A send failed: the producer will resend it, which must not count as a duplicate."""
-        self._in_flight.pop((producer_name, sequence_id), None)
-        self._recent.pop((producer_name, sequence_id), None)
-        self.pushed[producer_name] = self.persisted.get(producer_name, -1)
+        self.state.failed(producer_name, send, token)
+        self._ended(position)
 
-    def _record(self, producer_name: str, sequence_id: int, highest: int, pos: Position) -> None:
-        self._last_recorded = pos
-        if highest > self.persisted.get(producer_name, -1):
-            self.persisted[producer_name] = highest
-        key = (producer_name, sequence_id)
-        self._recent[key] = pos
-        if len(self._recent) > RECENT_LIMIT:
-            self._recent.popitem(last=False)
+    def _ended(self, position: Position) -> None:
+        out = self._outstanding
+        if position in out:
+            out[position] = True
+        # Cover only a prefix of ended writes: a snapshot must not claim an entry whose
+        # completion has not been recorded yet.
+        while out:
+            first, done = next(iter(out.items()))
+            if not done:
+                break
+            del out[first]
+            self._covered = first
 
     def snapshot(self) -> None:
-        """Write the persisted sequence ids and the position they cover."""
+        """Write the persisted state and the last entry it covers."""
         self._since_snapshot = 0
-        # Not the ledger's last confirmed entry: completions of entries after the last one
-        # recorded may not have run yet, and the snapshot must not claim to cover them.
-        pos = self._last_recorded
+        pos = self._covered
         if pos is None:
             return
         self.metadata.put_json(
-            self.key, {"producers": self.persisted, "position": [pos.ledger_id, pos.entry_id]}
+            self.key,
+            {
+                "version": _SNAPSHOT_VERSION,
+                "producers": self.state.to_json(),
+                "position": [pos.ledger_id, pos.entry_id],
+            },
         )
 
     def delete(self) -> None:

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from keyshared.broker import limits
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
-from keyshared.broker.dedup import Deduplication, Verdict
+from keyshared.broker.dedup import DUPLICATE, NEW, Decision, Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.rates import RateMeter
+from keyshared.broker.sequence_ids import SendIds, send_ids
 from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
@@ -40,6 +41,13 @@ log = logging.getLogger(__name__)
 
 
 PublishCallback = Callable[[Position | None, BaseException | None], None]
+
+
+def _outcome(
+    f: asyncio.Future[None], position: Position
+) -> tuple[Position | None, BaseException | None]:
+    exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+    return (position, None) if exc is None else (None, exc)
 
 
 class ProducerTransport(Protocol):
@@ -241,46 +249,69 @@ class PersistentTopic:
             return
         meta = parse_entry_meta(data)
         dedup = self.dedup
+        if dedup is None:
+            position, fut = self.ledger.add_entry(data)
+            self._count_in(producer, meta, position, len(data))
+            fut.add_done_callback(lambda f: on_done(*_outcome(f, position)))
+            return
         name = producer.producer_name
-        if dedup is not None:
-            verdict = dedup.check(name, sequence_id, highest_sequence_id)
-            if verdict.duplicate:
-                self._answer_duplicate(verdict, on_done)
-                return
+        send = send_ids(data)
+        decision = dedup.check(name, send)
+        if decision.kind != NEW:
+            self._answer_duplicate(dedup, name, send, decision, on_done)
+            return
         position, fut = self.ledger.add_entry(data)
-        if dedup is not None:
-            dedup.pushed_send(name, sequence_id, highest_sequence_id, position, fut)
+        dedup.pushed_send(name, send, position, fut)
+        self._count_in(producer, meta, position, len(data))
+
+        def done(f: asyncio.Future[None]) -> None:
+            pos, exc = _outcome(f, position)
+            if exc is None:
+                dedup.persisted_send(name, send, position, f)
+            else:
+                dedup.failed_send(name, send, position, f)
+            on_done(pos, exc)
+
+        fut.add_done_callback(done)
+
+    def _count_in(self, producer: Producer, meta: EntryMeta, position: Position, size: int) -> None:
         self.meta_cache.put(position, meta)
         self.msg_in_counter += meta.num_messages
-        self.bytes_in_counter += len(data)
+        self.bytes_in_counter += size
         producer.msg_in_counter += meta.num_messages
-        producer.bytes_in_counter += len(data)
-
-        def done(f: asyncio.Future[None]) -> None:
-            exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
-            if dedup is not None:
-                if exc is None:
-                    dedup.persisted_send(name, sequence_id, highest_sequence_id, position)
-                else:
-                    dedup.failed_send(name, sequence_id)
-            on_done(position if exc is None else None, exc)
-
-        fut.add_done_callback(done)
+        producer.bytes_in_counter += size
 
     @staticmethod
-    def _answer_duplicate(verdict: Verdict, on_done: PublishCallback) -> None:
-        """Confirm a resent message with the original's id, never storing it again."""
-        original = verdict.position or Position(-1, -1)
-        fut = verdict.in_flight
-        if fut is None:
-            on_done(original, None)
+    def _answer_duplicate(
+        dedup: Deduplication,
+        name: str,
+        send: SendIds,
+        decision: Decision[Any],
+        on_done: PublishCallback,
+    ) -> None:
+        """Confirm a resent message with the original's id (``-1:-1`` once forgotten), never
+        storing it again; one whose original is still being written waits for that write."""
+        if decision.kind == DUPLICATE:
+            on_done(decision.position or Position(-1, -1), None)
             return
+        waits: list[asyncio.Future[None]] = list(decision.waits)
+        answered = False
 
-        def done(f: asyncio.Future[None]) -> None:
-            exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
-            on_done(original if exc is None else None, exc)
+        def done(_: asyncio.Future[None]) -> None:
+            nonlocal answered
+            if answered or not all(w.done() for w in waits):
+                return
+            answered = True
+            for w in waits:
+                exc = w.exception() if not w.cancelled() else asyncio.CancelledError()
+                if exc is not None:
+                    # The original was not stored: the producer resends, and that is new.
+                    on_done(None, exc)
+                    return
+            on_done(dedup.state.original(name, send) or Position(-1, -1), None)
 
-        fut.add_done_callback(done)
+        for w in waits:
+            w.add_done_callback(done)
 
     # --- consumers -----------------------------------------------------------------------
     def subscribe(

@@ -26,6 +26,7 @@ from keyshared.protocol import (
 )
 from keyshared.protocol.constants import PROTOCOL_VERSION
 from keyshared.server.auth_refresh import REFRESH_AUTH_DATA, AuthRefresh
+from keyshared.server.publish import Publisher
 from keyshared.storage.position import EARLIEST, LATEST, Position
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class ServerConnection(asyncio.Protocol):
         self._client_version = ""
         self.principal: str | None = None
         self.producers: dict[int, Producer] = {}
+        self.publisher = Publisher(self)
         self.consumers: dict[int, Consumer] = {}
         self.last_received = time.monotonic()
         self._out: list[bytes] = []
@@ -537,33 +539,10 @@ class ServerConnection(asyncio.Protocol):
                 return
             self._fail(f"SEND for unknown producer {s.producer_id}")
             return
-        sequence_id = s.sequence_id
-        if not checksum_ok:
-            self.send_error(producer, sequence_id, ServerError.ChecksumError, "Checksum failed")
-            return
         if payload is None:
             self._fail("SEND without payload")
             return
-        highest = s.highest_sequence_id if s.HasField("highest_sequence_id") else sequence_id
-        if s.num_messages > 1 and not s.HasField("highest_sequence_id"):
-            highest = sequence_id + s.num_messages - 1
-        topic = producer.topic
-        transport = self
-
-        def done(position: Position | None, exc: BaseException | None) -> None:
-            if position is not None:
-                transport.send_receipt(producer, sequence_id, highest, position)
-            else:
-                transport.send_error(
-                    producer, sequence_id, ServerError.PersistenceError, f"Store failed: {exc}"
-                )
-
-        try:
-            topic.publish(producer, sequence_id, highest, payload, done)
-        except ProtocolError as exc:
-            self.send_error(producer, sequence_id, ServerError.ChecksumError, exc.message)
-        except BrokerError as exc:
-            self.send_error(producer, sequence_id, exc.code, exc.message)
+        self.publisher.on_send(producer, s, payload, checksum_ok)
 
     def send_receipt(
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, position: Position
@@ -605,6 +584,7 @@ class ServerConnection(asyncio.Protocol):
         """
         pid = producer.producer_id
         self.producers.pop(pid, None)
+        self.publisher.forget(pid)
         token = object()
         self._recently_closed_producers[pid] = token
         asyncio.get_running_loop().call_later(
@@ -626,6 +606,7 @@ class ServerConnection(asyncio.Protocol):
     def _on_close_producer(self, cmd: pb.BaseCommand, _: Any) -> None:
         r = cmd.close_producer
         producer = self.producers.pop(r.producer_id, None)
+        self.publisher.forget(r.producer_id)
         if producer is not None:
             producer.topic.remove_producer(producer)
         self._success(r.request_id)

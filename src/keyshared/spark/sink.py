@@ -9,9 +9,10 @@ Each task opens its own producers (one per destination partition and *lane*).
 At-least-once (the default): key-based batching, so a batch entry holds one key and Key_Shared
 routing stays correct. Rows are sent in chunks of ``chunkRows``: a chunk is stably sorted by
 key, sent, and flushed before the next one. Per-key order is kept (order across keys inside a
-chunk is not), and the client's sequence ids rise from batch entry to batch entry, which a broker
-with deduplication on requires (with interleaved keys, key-based batches would carry overlapping
-sequence-id ranges and the later one would be dropped as a duplicate).
+chunk is not), and the client's sequence ids rise from batch entry to batch entry, which Apache
+Pulsar with deduplication on requires (with interleaved keys, key-based batches would carry
+overlapping sequence-id ranges and Pulsar drops the later one as a duplicate; keyshared's
+deduplication is exact per message and would keep it, but the sink writes to Pulsar too).
 
 Exactly-once (``exactlyOnce=true``, ``producerName=NAME``, broker with deduplication on): every
 row carries a sequence id derived from the data alone, never from chunking or sorting, so any
