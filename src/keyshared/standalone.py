@@ -105,6 +105,9 @@ class Standalone:
 
         self.web = WebServer(self)
         await self.web.start()
+        self.service.clusters.set_local_ports(
+            self.server.port, self.server.tls_port, self.web.port, self.web.tls_port
+        )
 
     def request_stop(self) -> None:
         """Ask the broker to shut down (signal handlers call this)."""
@@ -208,8 +211,8 @@ def run_standalone(opts: StandaloneOptions, started: float | None = None) -> int
     except (ConfigError, OSError) as exc:
         print(f"keyshared: configuration error: {exc}", file=sys.stderr)
         return 2
-    for key in config.unknown_keys:
-        print(f"keyshared: warning: unknown configuration key {key!r} (ignored)", file=sys.stderr)
+    for warning in config.warnings():
+        print(f"keyshared: warning: {warning}", file=sys.stderr)
     # The journal thread needs the GIL back as soon as its fsync returns to confirm a group;
     # with Python's default 5 ms switch interval a busy loop thread adds up to 5 ms to every
     # publish. 1 ms keeps the tail short at a negligible cost in throughput.

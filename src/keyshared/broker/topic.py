@@ -9,16 +9,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keyshared.broker import limits
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dedup import DUPLICATE, NEW, Decision, Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.rates import RateMeter
 from keyshared.broker.sequence_ids import SendIds, send_ids
-from keyshared.broker.sub_types import check_enabled, enabled_for_topic
+from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
     ProducerRegistry,
@@ -167,6 +167,7 @@ class PersistentTopic:
         """Register ``producer``; names are unique per topic."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        limits.check_producers(self.service.policies, self.name, len(self.producers))
         disk = self.service.storage.disk
         if not disk.writable():
             # Retryable for the clients: they try again with a growing back-off.
@@ -190,15 +191,12 @@ class PersistentTopic:
             self._policy_generation = store.generation
         cache = self._policy_cache
         if key not in cache:
-            default = getattr(self.config, POLICY_DEFAULTS[key])
-            cache[key] = store.resolve(self.name.full, self.name.namespace_name, key, default)
+            cache[key] = store.effective(self.name, key)
         return cache[key]
 
     def enabled_sub_types(self) -> frozenset[str]:
         """Subscription types this topic accepts (topic over namespace over broker)."""
-        return enabled_for_topic(
-            self.service.policies, self.name, self.config.subscriptionTypesEnabled
-        )
+        return self.service.policies.enabled_sub_types(self.name)
 
     def on_policies_changed(self) -> None:
         """A policy changed: apply it to this loaded topic, and let every dispatcher look
@@ -383,6 +381,7 @@ class PersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
+        limits.check_subscribe(self.service.policies, self.name, self.subscriptions, subscription)
         sub = self.subscriptions.get(subscription)
         if sub is None:
             sub = self._create_subscription(
