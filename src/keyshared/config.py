@@ -90,6 +90,20 @@ class BrokerConfig:
     managedLedgerDefaultMarkDeleteRateLimit: float = 1.0
     managedLedgerCursorPositionFlushSeconds: int = 60
     acknowledgmentAtBatchIndexLevelEnabled: bool = True
+    # BookKeeper's bookie settings for the data directory's file system (fractions of it):
+    # warn above diskUsageWarnThreshold; refuse new entries (producers get PersistenceError)
+    # above diskUsageThreshold, until usage is below diskUsageLwmThreshold. Checked every
+    # diskCheckInterval milliseconds, and at once when a write fails with ENOSPC.
+    diskUsageThreshold: float = 0.95
+    diskUsageWarnThreshold: float = 0.95
+    diskUsageLwmThreshold: float = 0.90
+    diskCheckInterval: int = 10000
+    # Publishes received and not yet stored, all connections together: above it the broker
+    # stops reading from every connection until they drain to half (Pulsar's default is half
+    # of the JVM's direct memory; ours is fixed, see server/publish_buffer.py). 0 disables it.
+    maxMessagePublishBufferSizeInMB: int = 64
+    # Sends in flight on one connection before the broker stops reading it (resumes at half).
+    maxPendingPublishRequestsPerConnection: int = 1000
     # --- topics and messages -------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"

@@ -12,9 +12,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keyshared.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from keyshared.storage.disk import DiskThresholds
 
 log = logging.getLogger("keyshared")
 
@@ -78,6 +81,7 @@ class Standalone:
                 max_entries_per_ledger=cfg.managedLedgerMaxEntriesPerLedger,
                 max_size_per_ledger_mb=cfg.managedLedgerMaxSizePerLedgerMbytes,
                 cache_size_bytes=cfg.managedLedgerCacheSizeMB * 1024 * 1024,
+                disk=disk_thresholds(cfg),
             ),
         )
         self.storage.open()
@@ -123,6 +127,23 @@ class Standalone:
             await self.service.close()
         if self.storage is not None:
             await self.storage.close()
+
+
+def disk_thresholds(cfg: BrokerConfig) -> DiskThresholds:
+    """The storage's disk thresholds from BookKeeper's keys; a bad combination is a
+    configuration error."""
+    from keyshared.config import ConfigError
+    from keyshared.storage.disk import DiskThresholds
+
+    try:
+        return DiskThresholds(
+            usage=cfg.diskUsageThreshold,
+            warn=cfg.diskUsageWarnThreshold,
+            lwm=cfg.diskUsageLwmThreshold,
+            check_interval=cfg.diskCheckInterval / 1000.0,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _import_web_stack() -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from keyshared.broker import limits
@@ -46,6 +47,9 @@ class BrokerService:
         self.policies = PolicyService(storage.metadata, config)
         self.policies.add_listener(self._policies_changed)
         self.clusters = ClusterRegistry(storage.metadata, config)
+        # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
+        # each callable returns (name, value, help) triples.
+        self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
         self._ensure_defaults()
 
     def _policies_changed(self) -> None:
