@@ -47,13 +47,14 @@ is rebuilt from synced data alone: an older snapshot just means a longer replay.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from keyshared.broker.sequence_ids import SendIds, SequenceRanges, ids_of
+from keyshared.broker.sequence_ids import SendIds, SequenceRanges, ids_of, send_ids
 from keyshared.protocol import split_payload
 from keyshared.storage.position import Position
 
@@ -75,6 +76,11 @@ _SCAN_BATCH = 500
 _SNAPSHOT_VERSION = 2
 
 T = TypeVar("T", bound=Hashable)
+
+PublishDone = Callable[[Position | None, BaseException | None], None]
+"""Called once a send is answered: its position, or the error that failed it."""
+Append = Callable[[bytes], tuple[Position, "asyncio.Future[None]"]]
+"""Hands an entry to storage: where it goes and a future that ends when it is durable."""
 
 __all__ = [
     "DUPLICATE",
@@ -379,10 +385,11 @@ class Deduplication:
         self.metadata = metadata
         self.state: DedupState[Any] = DedupState(max_ranges)
         self._since_snapshot = 0
-        # Every entry up to here is recorded (or was a failed write): what a snapshot covers.
+        # Every entry up to here is recorded: what a snapshot covers.
         self._covered: Position | None = None
-        # Writes handed to storage, in position order, and whether each has ended.
-        self._outstanding: OrderedDict[Position, bool] = OrderedDict()
+        # Writes handed to storage, in position order: None while in flight, then whether it
+        # was stored (True) or failed (False).
+        self._outstanding: OrderedDict[Position, bool | None] = OrderedDict()
 
     # --- recovery --------------------------------------------------------------------------
     async def recover(self) -> None:
@@ -424,6 +431,61 @@ class Deduplication:
         if replayed:
             log.info("%s: replayed %d entries for deduplication", self.key, replayed)
 
+    # --- the publish path ------------------------------------------------------------------
+    def publish(
+        self, producer_name: str, data: bytes, append: Append, on_done: PublishDone
+    ) -> Position | None:
+        """Store the entry ``data`` with ``append`` unless it is a duplicate; ``on_done`` gets
+        its position once durable, the original's for a duplicate (``-1:-1`` once forgotten),
+        or the error. Returns the position it was handed to storage at (None: not stored).
+        """
+        send = send_ids(data)
+        decision = self.check(producer_name, send)
+        if decision.kind != NEW:
+            self._answer_duplicate(producer_name, send, decision, on_done)
+            return None
+        position, fut = append(data)
+        self.pushed_send(producer_name, send, position, fut)
+
+        def done(f: asyncio.Future[None]) -> None:
+            exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+            if exc is None:
+                self.persisted_send(producer_name, send, position, f)
+                on_done(position, None)
+            else:
+                self.failed_send(producer_name, send, position, f)
+                on_done(None, exc)
+
+        fut.add_done_callback(done)
+        return position
+
+    def _answer_duplicate(
+        self, name: str, send: SendIds, decision: Decision[Any], on_done: PublishDone
+    ) -> None:
+        """Confirm a resent message with the original's id, never storing it again; one whose
+        original is still being written waits for that write."""
+        if decision.kind == DUPLICATE:
+            on_done(decision.position or Position(-1, -1), None)
+            return
+        waits: list[asyncio.Future[None]] = list(decision.waits)
+        answered = False
+
+        def done(_: asyncio.Future[None]) -> None:
+            nonlocal answered
+            if answered or not all(w.done() for w in waits):
+                return
+            answered = True
+            for w in waits:
+                exc = w.exception() if not w.cancelled() else asyncio.CancelledError()
+                if exc is not None:
+                    # The original was not stored: the producer resends, and that is new.
+                    on_done(None, exc)
+                    return
+            on_done(self.state.original(name, send) or Position(-1, -1), None)
+
+        for w in waits:
+            w.add_done_callback(done)
+
     # --- the check -------------------------------------------------------------------------
     def last_sequence_id(self, producer_name: str) -> int:
         """Highest persisted sequence id of ``producer_name`` (-1 if none)."""
@@ -438,14 +500,14 @@ class Deduplication:
     ) -> None:
         """A new send was handed to storage at ``position``."""
         self.state.pushed(producer_name, send, token)
-        self._outstanding[position] = False
+        self._outstanding[position] = None
 
     def persisted_send(
         self, producer_name: str, send: SendIds, position: Position, token: Any
     ) -> None:
         """A send became durable."""
         self.state.persisted(producer_name, send, position, token)
-        self._ended(position)
+        self._ended(position, True)
         self._since_snapshot += 1
         if self._since_snapshot >= SNAPSHOT_INTERVAL:
             self.snapshot()
@@ -455,20 +517,22 @@ class Deduplication:
     ) -> None:
         """A send failed: the producer will resend it, which must not count as a duplicate."""
         self.state.failed(producer_name, send, token)
-        self._ended(position)
+        self._ended(position, False)
 
-    def _ended(self, position: Position) -> None:
+    def _ended(self, position: Position, stored: bool) -> None:
         out = self._outstanding
         if position in out:
-            out[position] = True
+            out[position] = stored
         # Cover only a prefix of ended writes: a snapshot must not claim an entry whose
-        # completion has not been recorded yet.
+        # completion has not been recorded yet. Nor a failed write's position: it is not in
+        # the log, and one past the log's end would make recovery distrust the snapshot.
         while out:
-            first, done = next(iter(out.items()))
-            if not done:
+            first, ended = next(iter(out.items()))
+            if ended is None:
                 break
             del out[first]
-            self._covered = first
+            if ended:
+                self._covered = first
 
     def snapshot(self) -> None:
         """Write the persisted state and the last entry it covers."""

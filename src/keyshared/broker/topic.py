@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
-from keyshared.broker.dedup import DUPLICATE, NEW, Decision, Deduplication
+from keyshared.broker.dedup import Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sequence_ids import SendIds, send_ids
 from keyshared.broker.sub_types import check_enabled, enabled_for_topic
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
@@ -256,25 +255,9 @@ class PersistentTopic:
             self._count_in(producer, meta, position, len(data))
             fut.add_done_callback(lambda f: on_done(*_outcome(f, position)))
             return
-        name = producer.producer_name
-        send = send_ids(data)
-        decision = dedup.check(name, send)
-        if decision.kind != NEW:
-            self._answer_duplicate(dedup, name, send, decision, on_done)
-            return
-        position, fut = self.ledger.add_entry(data)
-        dedup.pushed_send(name, send, position, fut)
-        self._count_in(producer, meta, position, len(data))
-
-        def done(f: asyncio.Future[None]) -> None:
-            pos, exc = _outcome(f, position)
-            if exc is None:
-                dedup.persisted_send(name, send, position, f)
-            else:
-                dedup.failed_send(name, send, position, f)
-            on_done(pos, exc)
-
-        fut.add_done_callback(done)
+        stored = dedup.publish(producer.producer_name, data, self.ledger.add_entry, on_done)
+        if stored is not None:
+            self._count_in(producer, meta, stored, len(data))
 
     def _count_in(self, producer: Producer, meta: EntryMeta, position: Position, size: int) -> None:
         self.meta_cache.put(position, meta)
@@ -282,38 +265,6 @@ class PersistentTopic:
         self.bytes_in_counter += size
         producer.msg_in_counter += meta.num_messages
         producer.bytes_in_counter += size
-
-    @staticmethod
-    def _answer_duplicate(
-        dedup: Deduplication,
-        name: str,
-        send: SendIds,
-        decision: Decision[Any],
-        on_done: PublishCallback,
-    ) -> None:
-        """Confirm a resent message with the original's id (``-1:-1`` once forgotten), never
-        storing it again; one whose original is still being written waits for that write."""
-        if decision.kind == DUPLICATE:
-            on_done(decision.position or Position(-1, -1), None)
-            return
-        waits: list[asyncio.Future[None]] = list(decision.waits)
-        answered = False
-
-        def done(_: asyncio.Future[None]) -> None:
-            nonlocal answered
-            if answered or not all(w.done() for w in waits):
-                return
-            answered = True
-            for w in waits:
-                exc = w.exception() if not w.cancelled() else asyncio.CancelledError()
-                if exc is not None:
-                    # The original was not stored: the producer resends, and that is new.
-                    on_done(None, exc)
-                    return
-            on_done(dedup.state.original(name, send) or Position(-1, -1), None)
-
-        for w in waits:
-            w.add_done_callback(done)
 
     # --- consumers -----------------------------------------------------------------------
     def subscribe(
