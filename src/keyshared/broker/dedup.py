@@ -29,9 +29,19 @@ chunks are stored again if resent. A batch some of whose messages were stored an
 (a client that re-batched resent messages) is stored whole: its new messages must not be lost.
 An encrypted batch's body cannot be read: only the ids its metadata names (the first, and the
 highest if sent) are tracked, so a resend of that batch is a duplicate but a lone resend of one
-of its other messages would be stored. Producer names are not expired (Pulsar forgets a name
-after ``brokerDeduplicationProducerInactivityTimeoutMinutes``): the state grows by one entry
-per producer name that ever wrote to the topic.
+of its other messages would be stored.
+
+Producer names expire as in Pulsar: a name with no producer connected for
+``brokerDeduplicationProducerInactivityTimeoutMinutes`` (default 360) is forgotten, checked every
+third of that time (Pulsar's schedule) and followed by a snapshot so that a restart does not bring
+it back; names loaded by recovery count as idle from then on. A producer that comes back under a
+forgotten name starts afresh (``last_sequence_id`` -1) and its resends are stored again.
+``brokerDeduplicationMaxNumberOfProducers`` (default 10000) bounds the names kept per topic:
+Pulsar applies it to the snapshot only (the names past it, in hash-map order, are lost on
+restart); here it bounds the state itself, at each check and when a producer leaves, by
+forgetting the names idle longest first, and never the name of a connected producer. The ranges
+per producer (:data:`MAX_RANGES`) stay a constant: Pulsar keeps one number per producer and so
+has no setting this could borrow the name of.
 
 A duplicate is answered with the original's message id while the original is among the last
 :data:`RECENT_LIMIT` entries recorded for the topic; older ones get ``-1:-1`` as in Pulsar.
@@ -49,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -148,6 +159,10 @@ class DedupState(Generic[T]):
         self._recent: OrderedDict[tuple[str, int, int], Position] = OrderedDict()
         self.duplicates_dropped = 0
         self.duplicates_maybe_stored = 0
+        # Names with a producer connected, and since when each other known name has had none
+        # (oldest first).
+        self.connected: set[str] = set()
+        self.idle: OrderedDict[str, float] = OrderedDict()
 
     # --- queries ---------------------------------------------------------------------------
     def last_sequence_id(self, producer_name: str) -> int:
@@ -333,6 +348,47 @@ class DedupState(Generic[T]):
                 st.floor,
             )
 
+    # --- producer names coming and going ---------------------------------------------------
+    def producer_added(self, producer_name: str) -> None:
+        """A producer with this name connected: the name is not idle."""
+        self.connected.add(producer_name)
+        self.idle.pop(producer_name, None)
+
+    def producer_removed(self, producer_name: str, now: float) -> None:
+        """The name's producer left at ``now`` (seconds, any monotonic clock)."""
+        self.connected.discard(producer_name)
+        self.idle.pop(producer_name, None)
+        self.idle[producer_name] = now
+
+    def mark_idle(self, now: float) -> None:
+        """Every known name without a connected producer is idle from ``now`` (after recovery:
+        Pulsar counts a name's inactivity from when the topic loaded)."""
+        for name in self.producers:
+            if name not in self.connected and name not in self.idle:
+                self.idle[name] = now
+
+    def purge_inactive(
+        self, now: float, timeout: float, max_producers: int | None = None
+    ) -> list[str]:
+        """Forget the names idle for more than ``timeout`` seconds, then, while more than
+        ``max_producers`` names are known, the idle ones idle longest. Returns those forgotten."""
+        gone: list[str] = []
+        idle = self.idle
+        while idle:
+            name, since = next(iter(idle.items()))
+            if now - since <= timeout:
+                break
+            del idle[name]
+            gone.append(name)
+        for name in gone:
+            self.producers.pop(name, None)
+        if max_producers is not None:
+            while len(self.producers) > max_producers and idle:
+                name, _ = idle.popitem(last=False)
+                self.producers.pop(name, None)
+                gone.append(name)
+        return gone
+
     # --- persistence -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The persisted part of the state (in-flight writes are not)."""
@@ -379,11 +435,18 @@ class Deduplication:
         ledger: ManagedLedger,
         metadata: MetadataStore,
         max_ranges: int = MAX_RANGES,
+        *,
+        inactivity_timeout: float = 360 * 60.0,
+        max_producers: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key = f"dedup/{topic_name}"
         self.ledger = ledger
         self.metadata = metadata
         self.state: DedupState[Any] = DedupState(max_ranges)
+        self.inactivity_timeout = inactivity_timeout
+        self.max_producers = max_producers
+        self.clock = clock
         self._since_snapshot = 0
         # Every entry up to here is recorded: what a snapshot covers.
         self._covered: Position | None = None
@@ -430,6 +493,33 @@ class Deduplication:
             start = self.ledger.next_position(entries[-1].position)
         if replayed:
             log.info("%s: replayed %d entries for deduplication", self.key, replayed)
+        self.state.mark_idle(self.clock())
+
+    # --- producer names ----------------------------------------------------------------------
+    def producer_added(self, producer_name: str) -> None:
+        """A producer with this name connected to the topic."""
+        self.state.producer_added(producer_name)
+
+    def producer_removed(self, producer_name: str) -> None:
+        """The producer with this name left the topic."""
+        self.state.producer_removed(producer_name, self.clock())
+        if len(self.state.producers) > self.max_producers:
+            self.purge_inactive()
+
+    def purge_inactive(self) -> list[str]:
+        """Forget the names idle past ``brokerDeduplicationProducerInactivityTimeoutMinutes``
+        (and the idle ones past ``brokerDeduplicationMaxNumberOfProducers``); a snapshot follows
+        so that a restart does not bring them back."""
+        gone = self.state.purge_inactive(self.clock(), self.inactivity_timeout, self.max_producers)
+        if gone:
+            log.info(
+                "%s: purging deduplication information of %d inactive producers (%s)",
+                self.key,
+                len(gone),
+                ", ".join(gone[:10]) + (", ..." if len(gone) > 10 else ""),
+            )
+            self.snapshot()
+        return gone
 
     # --- the publish path ------------------------------------------------------------------
     def publish(

@@ -165,10 +165,20 @@ class PersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         self.producers.add(producer)
+        if self.dedup is not None:
+            self.dedup.producer_added(producer.producer_name)
 
     def remove_producer(self, producer: Producer) -> None:
         """Forget ``producer``."""
         self.producers.remove(producer)
+        if self.dedup is not None and producer.producer_name not in self.producers:
+            self.dedup.producer_removed(producer.producer_name)
+
+    def purge_inactive_producers(self) -> None:
+        """Forget the deduplication state of producer names idle too long (Pulsar's
+        ``checkMessageDeduplicationInfo``)."""
+        if self.dedup is not None and self._held is None:
+            self.dedup.purge_inactive()
 
     # --- policies ------------------------------------------------------------------------
     def policy(self, key: str) -> Any:
@@ -219,7 +229,16 @@ class PersistentTopic:
 
     # --- deduplication -------------------------------------------------------------------
     def _enable_dedup(self) -> None:
-        self.dedup = Deduplication(self.name.full, self.ledger, self.service.storage.metadata)
+        cfg = self.config
+        self.dedup = Deduplication(
+            self.name.full,
+            self.ledger,
+            self.service.storage.metadata,
+            inactivity_timeout=cfg.brokerDeduplicationProducerInactivityTimeoutMinutes * 60.0,
+            max_producers=cfg.brokerDeduplicationMaxNumberOfProducers,
+        )
+        for name in self.producers:
+            self.dedup.producer_added(name)
         self._held = []
         self.ready = asyncio.ensure_future(self._recover_dedup())
 
