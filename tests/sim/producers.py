@@ -19,10 +19,14 @@ error).
 A step is one of: run the next loop callback, complete the oldest write, fail every write in
 flight, a producer adds a message or flushes, a connection drops, a producer reconnects, the
 broker takes a snapshot, the broker crashes and restarts (a random prefix of the writes in
-flight survives; a new ledger is opened; state is recovered from the last snapshot and the log).
+flight survives; a new ledger is opened; state is recovered from the last snapshot and the log),
+the virtual clock advances, the broker's check for idle producer names runs (some seeds expire
+names after a few virtual seconds, some keep at most one or two names).
 Then every producer reconnects and flushes, and everything must settle.
 
-Checks: a message is never stored twice; a snapshot names an entry of the log; a receipt arrives for the oldest pending send of its
+Checks: a message is never stored twice (unless its producer's name was forgotten since it was
+stored: then a resend is new, by design); a name is never forgotten while its producer is
+connected; a snapshot names an entry of the log; a receipt arrives for the oldest pending send of its
 connection (send order); a confirmed message is stored; a duplicate's receipt names the entry
 that holds it, and is ``-1:-1`` only when this broker never wrote nor replayed that entry; at
 rest nothing is pending and every message is stored exactly once.
@@ -132,9 +136,17 @@ class SimLog:
 class SimTopic:
     """The part of PersistentTopic the publish path uses, with deduplication always on."""
 
-    def __init__(self, log: SimLog, metadata: MetadataStore) -> None:
-        self.log = log
-        self.dedup = Deduplication(TOPIC, cast(Any, log.ledger), metadata)
+    def __init__(self, sim: ProducerSim) -> None:
+        self.log = log = sim.log
+        params = sim.params
+        self.dedup = Deduplication(
+            TOPIC,
+            cast(Any, log.ledger),
+            sim.metadata,
+            inactivity_timeout=params.inactivity_timeout,
+            max_producers=params.max_producers,
+            clock=lambda: sim.now,
+        )
         self.held: list[tuple[Producer, bytes, Callable[..., None]]] | None = []
         self.dead = False
         self.ready = asyncio.ensure_future(self._recover())
@@ -161,6 +173,19 @@ class SimTopic:
             self.held.append((producer, data, on_done))
             return
         self.dedup.publish(producer.producer_name, data, self.log.append, on_done)
+
+    def add_producer(self, name: str) -> None:
+        """PersistentTopic.add_producer's part in deduplication."""
+        self.dedup.producer_added(name)
+
+    def remove_producer(self, name: str) -> list[str]:
+        """PersistentTopic.remove_producer's part; returns the names it made the state forget
+        (over ``brokerDeduplicationMaxNumberOfProducers``)."""
+        if self.dead:
+            return []
+        before = list(self.dedup.state.producers)
+        self.dedup.producer_removed(name)
+        return [n for n in before if n not in self.dedup.state.producers]
 
 
 class Connection:
@@ -223,6 +248,7 @@ class Client:
     pending: deque[Op] = field(default_factory=deque)
     conn: Connection | None = None
     producer: Producer | None = None
+    topic: SimTopic | None = None
     epochs: int = 0
     created: list[int] = field(default_factory=list)
 
@@ -262,6 +288,8 @@ class Client:
         conn = Connection(self, self.epochs)
         self.conn = conn
         self.producer = Producer(self.epochs, self.name, cast(Any, topic), conn)
+        self.topic = topic
+        topic.add_producer(self.name)
         for op in list(self.pending):
             self._send(op)
 
@@ -273,6 +301,9 @@ class Client:
                 self.conn.publisher.forget(self.producer.producer_id)
         self.conn = None
         self.producer = None
+        topic, self.topic = self.topic, None
+        if topic is not None:
+            self.sim.forgot(topic.remove_producer(self.name))
 
     def on_receipt(self, sequence_id: int, position: Position) -> None:
         """A receipt: it must be for the oldest pending send (the client's own check)."""
@@ -304,6 +335,10 @@ class Params:
     keys: tuple[str, ...]
     max_batch: int
     skip_prob: float
+    # brokerDeduplicationProducerInactivityTimeoutMinutes (in seconds of the virtual clock) and
+    # brokerDeduplicationMaxNumberOfProducers.
+    inactivity_timeout: float
+    max_producers: int
     weights: dict[str, float]
 
     @classmethod
@@ -315,6 +350,8 @@ class Params:
             keys=tuple(f"k{i}" for i in range(rng.choice((1, 2, 3, 4, 8)))),
             max_batch=rng.choice((1, 2, 4, 6, 10)),
             skip_prob=rng.choice((0.0, 0.0, 0.1)),
+            inactivity_timeout=rng.choice((1e9, 1e9, 2.0, 6.0)),
+            max_producers=rng.choice((10_000, 10_000, 1, 2)),
             weights={
                 "run": 30.0,
                 "write_done": 14.0,
@@ -325,6 +362,8 @@ class Params:
                 "connect": 4.0,
                 "snapshot": rng.choice((0.5, 2.0)),
                 "restart": rng.choice((0.3, 1.0, 2.0)),
+                "tick": rng.choice((0.0, 3.0)),
+                "purge": rng.choice((0.0, 1.0, 2.0)),
             },
         )
 
@@ -347,6 +386,14 @@ class ProducerSim:
         # Entry bytes -> (producer name, sequence ids), as the model built them.
         self.entries: dict[bytes, tuple[str, tuple[int, ...]]] = {}
         self.stored: dict[tuple[str, int], Position] = {}
+        # The virtual clock of producer-name expiry; an event counter orders stores and the
+        # forgetting of names (a message stored before its name was forgotten may be stored
+        # again: that is what forgetting means).
+        self.now = 0.0
+        self.events = 0
+        self.stored_at: dict[tuple[str, int], int] = {}
+        self.forgot_at: dict[str, int] = {}
+        self.names_forgotten = 0
         self.where: dict[bytes, Position] = {}
         # Entries this broker incarnation wrote or replayed: a duplicate of one of them must be
         # answered with its id.
@@ -372,11 +419,23 @@ class ProducerSim:
         name, seqs = self.entries[data]
         self.where[data] = pos
         self.known.add(pos)
+        self.events += 1
         for s in seqs:
             first = self.stored.get((name, s))
-            if first is not None:
+            if first is not None and self.forgot_at.get(name, -1) < self.stored_at[(name, s)]:
                 self.fail(f"{name} message {s} stored twice: at {first} and at {pos}")
             self.stored[(name, s)] = pos
+            self.stored_at[(name, s)] = self.events
+
+    def forgot(self, names: list[str]) -> None:
+        """The broker forgot these producer names: never one with a producer connected."""
+        self.events += 1
+        for name in names:
+            self.note(f"{name} forgotten")
+            self.names_forgotten += 1
+            if self.clients[name].conn is not None:
+                self.fail(f"{name} forgotten while its producer is connected")
+            self.forgot_at[name] = self.events
 
     def confirmed(self, name: str, op: Op, position: Position) -> None:
         """A receipt for ``op``: its messages are stored, and the receipt says where."""
@@ -413,11 +472,13 @@ class ProducerSim:
                 # Recovery would distrust it and replay the whole log.
                 self.fail(f"the snapshot covers up to {covered}, which is not in the log")
         self.known = {p for p in self.log.ledger.positions() if covered is None or p > covered}
-        self.topic = SimTopic(self.log, self.metadata)
+        self.topic = SimTopic(self)
 
     def crash(self) -> None:
         """SIGKILL: connections drop, queued callbacks vanish, a prefix of the writes in flight
         had reached the disk."""
+        if self.topic is not None:
+            self.topic.dead = True  # the dead process writes no snapshot as producers go
         for c in self.clients.values():
             c.disconnect()
         writes = list(self.log.writes)
@@ -429,7 +490,6 @@ class ProducerSim:
         self.loop._timers.clear()
         if self.topic is not None and not self.topic.ready.done():
             # The old process's recovery dies with it (not a task "destroyed while pending").
-            self.topic.dead = True
             self.topic.ready.get_coro().close()
             self.topic.ready._log_destroy_pending = False  # type: ignore[attr-defined]
         self.restarts += 1
@@ -490,6 +550,11 @@ class ProducerSim:
                 self.topic.dedup.snapshot()
         elif kind == "restart":
             self.crash()
+        elif kind == "tick":
+            self.now += rng.uniform(0.1, 3.0)
+        elif kind == "purge" and self.topic is not None and self.topic.held is None:
+            self.note(f"purge check at {self.now:.1f}")
+            self.forgot(self.topic.dedup.purge_inactive())
 
     def check_step(self) -> None:
         """After every step: nothing went wrong unnoticed on the loop."""

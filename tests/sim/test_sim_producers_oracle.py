@@ -117,3 +117,14 @@ def test_a_snapshot_covering_failed_writes_is_caught(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(Deduplication, "_ended", covers_failures)
     first_failure("not in the log")
+
+
+def test_forgetting_a_connected_producers_name_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A name that stays idle from its first disconnect, reconnects notwithstanding.
+    monkeypatch.setattr(DedupState, "producer_added", lambda self, name: self.connected.add(name))
+    first_failure("forgotten while its producer is connected")
+
+
+def test_forgetting_a_name_with_writes_in_flight_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DedupState, "_writing", lambda self, name: False)
+    first_failure("stored twice")

@@ -143,3 +143,14 @@ def test_defaults_are_pulsars() -> None:
     assert load_config(
         overrides={"brokerDeduplicationProducerInactivityTimeoutMinutes": "0.5"}
     ).brokerDeduplicationProducerInactivityTimeoutMinutes == pytest.approx(0.5)
+
+
+def test_a_name_with_writes_in_flight_is_kept_until_they_end() -> None:
+    state: DedupState[Any] = DedupState()
+    state.producer_added("a")
+    send = SendIds(0, (0,))
+    state.pushed("a", send, "write-0")
+    state.producer_removed("a", now=0.0)
+    assert state.purge_inactive(now=100.0, timeout=60.0, max_producers=0) == []
+    state.persisted("a", send, Position(1, 0), "write-0")
+    assert state.purge_inactive(now=100.0, timeout=60.0) == ["a"]

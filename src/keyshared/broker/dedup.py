@@ -374,20 +374,30 @@ class DedupState(Generic[T]):
         ``max_producers`` names are known, the idle ones idle longest. Returns those forgotten."""
         gone: list[str] = []
         idle = self.idle
-        while idle:
-            name, since = next(iter(idle.items()))
+        for name, since in list(idle.items()):
             if now - since <= timeout:
                 break
+            if self._writing(name):
+                continue
             del idle[name]
-            gone.append(name)
-        for name in gone:
             self.producers.pop(name, None)
-        if max_producers is not None:
-            while len(self.producers) > max_producers and idle:
-                name, _ = idle.popitem(last=False)
+            gone.append(name)
+        if max_producers is not None and len(self.producers) > max_producers:
+            for name in list(idle):
+                if len(self.producers) <= max_producers:
+                    break
+                if self._writing(name):
+                    continue
+                del idle[name]
                 self.producers.pop(name, None)
                 gone.append(name)
         return gone
+
+    def _writing(self, producer_name: str) -> bool:
+        # A name whose writes are still in flight is kept until they end: forgetting them
+        # would let a resend in the meantime be stored twice.
+        st = self.producers.get(producer_name)
+        return st is not None and bool(st.in_flight or st.chunks_in_flight)
 
     # --- persistence -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
