@@ -251,6 +251,7 @@ class Client:
     topic: SimTopic | None = None
     epochs: int = 0
     created: list[int] = field(default_factory=list)
+    receipts: int = 0
 
     def add(self, key: str, max_batch: int, skip: int) -> None:
         """A new message for ``key``; the batch goes out when ``max_batch`` are open."""
@@ -313,6 +314,7 @@ class Client:
                 f"receipt order: {self.name} got a receipt for {sequence_id}, expecting {head}"
             )
         op = self.pending.popleft()
+        self.receipts += 1
         self.sim.confirmed(self.name, op, position)
 
     def on_error(self, sequence_id: int, code: ServerError, message: str) -> None:

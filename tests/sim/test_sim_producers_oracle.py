@@ -11,7 +11,7 @@ import pytest
 from keyshared.broker.dedup import DUPLICATE, Decision, Deduplication, DedupState
 from keyshared.broker.sequence_ids import SendIds
 from keyshared.server.publish import Answer, ReceiptQueue
-from tests.sim.producers import ProducerSimFailure, run_producer_seed
+from tests.sim.producers import Client, ProducerSimFailure, SimTopic, run_producer_seed
 
 BUDGET = 50
 
@@ -128,3 +128,21 @@ def test_forgetting_a_connected_producers_name_is_caught(monkeypatch: pytest.Mon
 def test_forgetting_a_name_with_writes_in_flight_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DedupState, "_writing", lambda self, name: False)
     first_failure("stored twice")
+
+
+def test_the_cpp_clients_counter_reset_loses_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What the C++ client does (apache/pulsar#2047 fixed it in Java only): reconnecting before
+    # its first receipt, it restarts its counter at the broker's last_sequence_id + 1 although
+    # sends with higher ids are pending; new messages reuse their ids and are taken for
+    # duplicates. No broker rule can tell them apart: the model must notice (as a message
+    # stored twice or a receipt for an entry that does not hold it: the reused ids make two
+    # messages one to the model too).
+    connect = Client.connect
+
+    def resetting(self: Client, topic: SimTopic) -> None:
+        if self.receipts == 0 and topic.held is None:
+            self.next_seq = topic.dedup.last_sequence_id(self.name) + 1
+        connect(self, topic)
+
+    monkeypatch.setattr(Client, "connect", resetting)
+    first_failure("")
