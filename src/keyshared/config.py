@@ -21,6 +21,51 @@ class ConfigError(ValueError):
     """A configuration value could not be parsed."""
 
 
+# Pulsar broker.conf keys accepted as no-ops, each with the reason it means nothing here. Set in
+# a file, the environment or on the command line, they are reported at start-up by name, as
+# unknown keys are: nothing a user sets is silently ignored.
+NO_OP_KEYS: dict[str, str] = {
+    "zookeeperServers": "metadata is embedded (no ZooKeeper)",
+    "configurationStoreServers": "metadata is embedded (no ZooKeeper)",
+    "metadataStoreUrl": "metadata is embedded in the data directory",
+    "configurationMetadataStoreUrl": "metadata is embedded in the data directory",
+    "managedLedgerDefaultEnsembleSize": "storage is embedded (no bookie ensembles)",
+    "managedLedgerDefaultWriteQuorum": "storage is embedded (no bookie ensembles)",
+    "managedLedgerDefaultAckQuorum": "storage is embedded (no bookie ensembles)",
+    "numIOThreads": "one asyncio event loop serves every connection",
+    "numHttpServerThreads": "one asyncio event loop serves every connection",
+    "numWorkerThreadsForNonPersistentTopic": "one asyncio event loop serves every connection",
+    "functionsWorkerEnabled": "Pulsar Functions are not part of keyshared",
+    "webSocketServiceEnabled": "the WebSocket proxy is not part of keyshared",
+    "brokerShutdownTimeoutMs": "shutdown closes topics without a timeout",
+    # Parsed (BrokerConfig has them) but not honoured yet.
+    "allowAutoTopicCreationType": "auto-created topics are always non-partitioned",
+    "defaultNumPartitions": "auto-created topics are always non-partitioned",
+    "activeConsumerFailoverDelayTimeMillis": "failover switches the active consumer at once",
+    "statsUpdateFrequencyInSecs": "stats are computed when asked for",
+}
+"""Known Pulsar keys this broker accepts and ignores, with the reason."""
+
+NO_OP_PREFIXES: dict[str, str] = {
+    "bookkeeper": "storage is embedded (no BookKeeper)",
+    "zookeeper": "metadata is embedded (no ZooKeeper)",
+    "metadataStore": "metadata is embedded in the data directory",
+    "loadBalancer": "one broker owns every bundle (no load balancing)",
+    "functions": "Pulsar Functions are not part of keyshared",
+}
+"""Families of Pulsar keys accepted as no-ops, by prefix, with the reason."""
+
+
+def no_op_reason(key: str) -> str | None:
+    """Why ``key`` is accepted and ignored, or None when it is not a known no-op."""
+    if key in NO_OP_KEYS:
+        return NO_OP_KEYS[key]
+    for prefix, reason in NO_OP_PREFIXES.items():
+        if key.startswith(prefix):
+            return reason
+    return None
+
+
 @dataclass(slots=True)
 class BrokerConfig:
     """Every setting the broker honours, under Pulsar's ``broker.conf`` names."""
@@ -45,6 +90,20 @@ class BrokerConfig:
     managedLedgerDefaultMarkDeleteRateLimit: float = 1.0
     managedLedgerCursorPositionFlushSeconds: int = 60
     acknowledgmentAtBatchIndexLevelEnabled: bool = True
+    # BookKeeper's bookie settings for the data directory's file system (fractions of it):
+    # warn above diskUsageWarnThreshold; refuse new entries (producers get PersistenceError)
+    # above diskUsageThreshold, until usage is below diskUsageLwmThreshold. Checked every
+    # diskCheckInterval milliseconds, and at once when a write fails with ENOSPC.
+    diskUsageThreshold: float = 0.95
+    diskUsageWarnThreshold: float = 0.95
+    diskUsageLwmThreshold: float = 0.90
+    diskCheckInterval: int = 10000
+    # Publishes received and not yet stored, all connections together: above it the broker
+    # stops reading from every connection until they drain to half (Pulsar's default is half
+    # of the JVM's direct memory; ours is fixed, see server/publish_buffer.py). 0 disables it.
+    maxMessagePublishBufferSizeInMB: int = 64
+    # Sends in flight on one connection before the broker stops reading it (resumes at half).
+    maxPendingPublishRequestsPerConnection: int = 1000
     # --- topics and messages -------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"
@@ -68,6 +127,13 @@ class BrokerConfig:
     brokerServiceCompactionThresholdInBytes: int = 0
     brokerServiceCompactionMonitorIntervalInSeconds: int = 60
     topicCompactionRetainNullKey: bool = False
+    # Limits (0 = unlimited); namespace and topic policies override them.
+    maxProducersPerTopic: int = 0
+    maxConsumersPerTopic: int = 0
+    maxConsumersPerSubscription: int = 0
+    maxSubscriptionsPerTopic: int = 0
+    maxTopicsPerNamespace: int = 0
+    maxNumPartitionsPerPartitionedTopic: int = 0
     # --- dispatch ------------------------------------------------------------------------
     dispatcherMaxReadBatchSize: int = 100
     dispatcherMinReadBatchSize: int = 1
@@ -114,6 +180,8 @@ class BrokerConfig:
     exposeProducerLevelMetricsInPrometheus: bool = False
 
     unknown_keys: list[str] = field(default_factory=list)
+    # Keys set by the user that are accepted as no-ops (see NO_OP_KEYS), in the order set.
+    ignored_keys: list[str] = field(default_factory=list)
 
     @property
     def max_frame_size(self) -> int:
@@ -122,10 +190,12 @@ class BrokerConfig:
 
     def set(self, key: str, raw: str) -> bool:
         """Set ``key`` from its text form. Returns False (and records it) when the key is unknown."""
-        fields = {f.name: f for f in dataclasses.fields(self) if f.name != "unknown_keys"}
+        fields = {f.name: f for f in dataclasses.fields(self) if f.name not in _BOOKKEEPING}
         f = fields.get(key)
+        if no_op_reason(key) is not None and key not in self.ignored_keys:
+            self.ignored_keys.append(key)
         if f is None:
-            if key not in self.unknown_keys:
+            if no_op_reason(key) is None and key not in self.unknown_keys:
                 self.unknown_keys.append(key)
             return False
         value = _parse(key, raw, getattr(self, key))
@@ -149,8 +219,21 @@ class BrokerConfig:
     def to_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (for the admin API)."""
         d = dataclasses.asdict(self)
-        d.pop("unknown_keys", None)
+        for name in _BOOKKEEPING:
+            d.pop(name, None)
         return d
+
+    def warnings(self) -> list[str]:
+        """What start-up reports: every key set that is unknown or accepted as a no-op."""
+        out = [f"unknown configuration key {k!r} (ignored)" for k in self.unknown_keys]
+        out += [
+            f"configuration key {k!r} is accepted but ignored: {no_op_reason(k)}"
+            for k in self.ignored_keys
+        ]
+        return out
+
+
+_BOOKKEEPING = frozenset({"unknown_keys", "ignored_keys"})
 
 
 # Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).

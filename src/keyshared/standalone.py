@@ -12,9 +12,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keyshared.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from keyshared.storage.disk import DiskThresholds
 
 log = logging.getLogger("keyshared")
 
@@ -78,6 +81,7 @@ class Standalone:
                 max_entries_per_ledger=cfg.managedLedgerMaxEntriesPerLedger,
                 max_size_per_ledger_mb=cfg.managedLedgerMaxSizePerLedgerMbytes,
                 cache_size_bytes=cfg.managedLedgerCacheSizeMB * 1024 * 1024,
+                disk=disk_thresholds(cfg),
             ),
         )
         self.storage.open()
@@ -101,6 +105,9 @@ class Standalone:
 
         self.web = WebServer(self)
         await self.web.start()
+        self.service.clusters.set_local_ports(
+            self.server.port, self.server.tls_port, self.web.port, self.web.tls_port
+        )
 
     def request_stop(self) -> None:
         """Ask the broker to shut down (signal handlers call this)."""
@@ -120,6 +127,23 @@ class Standalone:
             await self.service.close()
         if self.storage is not None:
             await self.storage.close()
+
+
+def disk_thresholds(cfg: BrokerConfig) -> DiskThresholds:
+    """The storage's disk thresholds from BookKeeper's keys; a bad combination is a
+    configuration error."""
+    from keyshared.config import ConfigError
+    from keyshared.storage.disk import DiskThresholds
+
+    try:
+        return DiskThresholds(
+            usage=cfg.diskUsageThreshold,
+            warn=cfg.diskUsageWarnThreshold,
+            lwm=cfg.diskUsageLwmThreshold,
+            check_interval=cfg.diskCheckInterval / 1000.0,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _import_web_stack() -> None:
@@ -187,8 +211,8 @@ def run_standalone(opts: StandaloneOptions, started: float | None = None) -> int
     except (ConfigError, OSError) as exc:
         print(f"keyshared: configuration error: {exc}", file=sys.stderr)
         return 2
-    for key in config.unknown_keys:
-        print(f"keyshared: warning: unknown configuration key {key!r} (ignored)", file=sys.stderr)
+    for warning in config.warnings():
+        print(f"keyshared: warning: {warning}", file=sys.stderr)
     # The journal thread needs the GIL back as soon as its fsync returns to confirm a group;
     # with Python's default 5 ms switch interval a busy loop thread adds up to 5 ms to every
     # publish. 1 ms keeps the tail short at a negligible cost in throughput.

@@ -19,14 +19,26 @@ from tests.integration.conftest import make_client
 
 def test_config_file_and_environment(tmp_path: Path, topic: str) -> None:
     broker = BrokerProcess(
-        conf={"maxMessageSize": 2048, "allowAutoTopicCreation": "false", "noSuchKey": 1},
-        env={"PULSAR_PREFIX_brokerDeduplicationEnabled": "true", "PULSAR_PREFIX_alsoBogus": "x"},
+        conf={
+            "maxMessageSize": 2048,
+            "allowAutoTopicCreation": "false",
+            "noSuchKey": 1,
+            "zookeeperServers": "zk:2181",
+        },
+        env={
+            "PULSAR_PREFIX_brokerDeduplicationEnabled": "true",
+            "PULSAR_PREFIX_alsoBogus": "x",
+            "PULSAR_PREFIX_defaultNumPartitions": "4",
+        },
     )
     try:
         broker.start()
         log = broker.log()
         assert "unknown configuration key 'noSuchKey'" in log
         assert "unknown configuration key 'alsoBogus'" in log
+        # Known Pulsar keys that mean nothing here, or are parsed but not honoured, are named.
+        assert "'zookeeperServers' is accepted but ignored: metadata is embedded" in log
+        assert "'defaultNumPartitions' is accepted but ignored" in log
         client = make_client(broker.service_url)
         # allowAutoTopicCreation=false from the file: an unknown topic is not created.
         with pytest.raises(pulsar.TopicNotFound):

@@ -78,6 +78,36 @@ def test_tenants_clusters_brokers(broker: BrokerProcess) -> None:
     assert tenant not in lines(run(broker, "tenants", "list"))
 
 
+def test_clusters_create_get_update_delete(fresh_broker: BrokerProcess) -> None:
+    b = fresh_broker.start()
+    run(
+        b,
+        "clusters",
+        "create",
+        "east",
+        "--url",
+        "http://east:8080",
+        "--broker-url",
+        "pulsar://east:6650",
+    )
+    local, east = parallel(b, ("clusters", "get", "standalone"), ("clusters", "get", "east"))
+    assert out_json(local)["brokerServiceUrl"] == b.service_url
+    assert out_json(east) == {
+        "serviceUrl": "http://east:8080",
+        "brokerServiceUrl": "pulsar://east:6650",
+    }
+    dup = run(b, "clusters", "create", "east", "--url", "http://east:8080", expect=1)
+    assert "Cluster already exists" in dup.stderr
+    run(b, "clusters", "update", "east", "--url", "http://east2:8080", "--auth-plugin", "p")
+    assert out_json(run(b, "clusters", "get", "east")) == {
+        "serviceUrl": "http://east2:8080",
+        "authenticationPlugin": "p",
+    }
+    assert lines(run(b, "clusters", "list")) == ["east", "standalone"]
+    run(b, "clusters", "delete", "east")
+    assert "Cluster does not exist" in run(b, "clusters", "get", "east", expect=1).stderr
+
+
 def test_namespaces(broker: BrokerProcess) -> None:
     tenant = f"cli-{uuid.uuid4().hex[:6]}"
     ns = f"{tenant}/orders"

@@ -111,7 +111,9 @@ def test_replay_goes_on_while_paused(paused_broker: BrokerProcess, topic: str) -
 def test_turning_it_off_resumes(paused_broker: BrokerProcess, topic: str) -> None:
     """Row 39 and the dynamic switch: removing the policy lets dispatch go on."""
     path = "/admin/v2/persistent/" + topic[len("persistent://") :]
-    paused_broker.admin("POST", path + "/dispatcherPauseOnAckStatePersistent")
+    # As in Pulsar, a topic policy is set on an existing topic (404 otherwise).
+    assert paused_broker.admin("PUT", path)[0] == 204
+    assert paused_broker.admin("POST", path + "/dispatcherPauseOnAckStatePersistent")[0] == 204
     client = make_client(paused_broker.service_url)
     consumer, _ = make_holes(client, topic, "s", 100)
     time.sleep(0.5)

@@ -1,4 +1,4 @@
-"""subscriptionTypesEnabled: parsing, the topic > namespace > broker order, the refusal."""
+"""subscriptionTypesEnabled: parsing and the refusal (the resolution: test_policies)."""
 
 from __future__ import annotations
 
@@ -6,25 +6,8 @@ import pytest
 
 from keyshared.broker.consumer import SubType
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.sub_types import check_enabled, enabled_types, parse_types
+from keyshared.broker.sub_types import check_enabled, parse_types
 from keyshared.config import BrokerConfig, ConfigError
-
-
-def test_default_broker_setting_enables_every_type() -> None:
-    assert enabled_types(None, None, BrokerConfig().subscriptionTypesEnabled) == {
-        "Exclusive",
-        "Shared",
-        "Failover",
-        "Key_Shared",
-    }
-
-
-def test_topic_over_namespace_over_broker_and_empty_is_unset() -> None:
-    broker = "Exclusive, Shared"
-    assert enabled_types(None, None, broker) == {"Exclusive", "Shared"}
-    assert enabled_types(None, ["Key_Shared"], broker) == {"Key_Shared"}
-    assert enabled_types(["Failover"], ["Key_Shared"], broker) == {"Failover"}
-    assert enabled_types([], [], broker) == {"Exclusive", "Shared"}
 
 
 def test_unknown_type_is_an_error_in_config_and_policies() -> None:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import pytest
 
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.sub_types import enabled_for_topic
 from keyshared.broker.topic import Producer
 from keyshared.broker.topic_common import ProducerRegistry, producer_stats
-from keyshared.broker.topic_name import TopicName
 
 
 class ClosingTransport:
@@ -59,17 +54,3 @@ def test_producer_stats_field_order() -> None:
     st = producer_stats(producer("p", ClosingTransport()))
     assert list(st)[:4] == ["accessMode", "msgRateIn", "msgThroughputIn", "averageMsgSize"]
     assert st["producerName"] == "p" and st["averageMsgSize"] == 0.0
-
-
-def test_enabled_for_topic_topic_over_namespace_over_broker() -> None:
-    name = TopicName.parse("persistent://public/default/t")
-    topics: dict[str, dict[str, Any]] = {}
-    namespaces: dict[str, dict[str, Any]] = {}
-    policies: Any = SimpleNamespace(
-        topic=lambda t: topics.get(t, {}), namespace=lambda ns: namespaces.get(ns)
-    )
-    assert enabled_for_topic(policies, name, "Shared") == {"Shared"}
-    namespaces["public/default"] = {"subscription_types_enabled": ["Failover"]}
-    assert enabled_for_topic(policies, name, "Shared") == {"Failover"}
-    topics[name.full] = {"subscription_types_enabled": ["Key_Shared"]}
-    assert enabled_for_topic(policies, name, "Shared") == {"Key_Shared"}

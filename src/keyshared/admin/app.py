@@ -12,8 +12,10 @@ from keyshared import __version__
 from keyshared.admin.dashboard import add_dashboard_routes
 from keyshared.admin.metrics import add_metrics_route
 from keyshared.admin.permissions import add_permission_routes
-from keyshared.admin.rest import install_rest_errors
+from keyshared.admin.rest import Resolver, install_rest_errors
+from keyshared.admin.routes_clusters import cluster_routes
 from keyshared.admin.routes_compaction import compaction_routes
+from keyshared.admin.routes_limits import limit_routes
 from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
 from keyshared.admin.routes_sub_types import sub_types_routes
@@ -58,6 +60,8 @@ def create_app(service: BrokerService) -> FastAPI:
     async def broker_error(_: Request, exc: BrokerError) -> Response:
         return ORJSONResponse({"reason": exc.message}, status_code=_HTTP_STATUS.get(exc.code, 500))
 
+    resolve = Resolver(service)
+
     def topic_name(tenant: str, namespace: str, topic: str) -> TopicName:
         name = service.parse_topic(f"persistent://{tenant}/{namespace}/{topic}")
         if not service.namespace_exists(name.namespace_name):
@@ -75,11 +79,13 @@ def create_app(service: BrokerService) -> FastAPI:
     # Pulsar's resources, one module each; registered first so that their paths win.
     install_rest_errors(app)
     app.include_router(tenant_routes(service))
+    app.include_router(cluster_routes(service))
     app.include_router(namespace_routes(service))
     app.include_router(topic_routes(service))
     app.include_router(subscription_routes(service))
     app.include_router(compaction_routes(service))
     app.include_router(sub_types_routes(service))
+    app.include_router(limit_routes(service))
     app.include_router(nonpersistent_routes(service))
 
     @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/hashBlockers")
@@ -117,10 +123,6 @@ def create_app(service: BrokerService) -> FastAPI:
             raise BrokerError(ServerError.TopicNotFound, f"Namespace {ns} does not exist")
         return ns
 
-    def policies_changed() -> None:
-        for t in list(service.topics.values()):
-            t.on_policies_changed()
-
     def policy_routes(key: str, path: str) -> None:
         """GET/POST/DELETE of one boolean policy on namespaces and on topics."""
         ns_path = f"/admin/v2/namespaces/{{tenant}}/{{namespace}}/{path}"
@@ -128,36 +130,36 @@ def create_app(service: BrokerService) -> FastAPI:
 
         @app.get(ns_path, name=f"get_ns_{path}")
         async def get_ns(tenant: str, namespace: str) -> Any:
-            return (service.policies.namespace(namespace_name(tenant, namespace)) or {}).get(key)
+            return service.policies.namespace_value(namespace_name(tenant, namespace), key)
 
         @app.post(ns_path, status_code=204, name=f"set_ns_{path}")
         async def set_ns(tenant: str, namespace: str) -> Response:
-            service.policies.set_namespace(namespace_name(tenant, namespace), key, True)
-            policies_changed()
+            service.policies.update_namespace(namespace_name(tenant, namespace), {key: True})
             return Response(status_code=204)
 
         @app.delete(ns_path, status_code=204, name=f"remove_ns_{path}")
         async def remove_ns(tenant: str, namespace: str) -> Response:
-            service.policies.set_namespace(namespace_name(tenant, namespace), key, None)
-            policies_changed()
+            service.policies.update_namespace(namespace_name(tenant, namespace), {key: None})
             return Response(status_code=204)
 
         @app.get(topic_path, name=f"get_topic_{path}")
         async def get_topic(tenant: str, namespace: str, topic: str) -> Any:
-            return service.policies.topic(topic_name(tenant, namespace, topic).full).get(key)
+            return service.policies.topic_value(
+                resolve.policy_topic(tenant, namespace, topic).full, key
+            )
 
         @app.post(topic_path, status_code=204, name=f"set_topic_{path}")
         async def set_topic(
             tenant: str, namespace: str, topic: str, enabled: bool = Body(True)
         ) -> Response:
-            service.policies.set_topic(topic_name(tenant, namespace, topic).full, key, enabled)
-            policies_changed()
+            name = resolve.policy_topic(tenant, namespace, topic)
+            service.policies.update_topic(name.full, {key: enabled})
             return Response(status_code=204)
 
         @app.delete(topic_path, status_code=204, name=f"remove_topic_{path}")
         async def remove_topic(tenant: str, namespace: str, topic: str) -> Response:
-            service.policies.set_topic(topic_name(tenant, namespace, topic).full, key, None)
-            policies_changed()
+            name = resolve.policy_topic(tenant, namespace, topic)
+            service.policies.update_topic(name.full, {key: None})
             return Response(status_code=204)
 
     policy_routes(

@@ -268,6 +268,23 @@ class BrokerCollector(Collector):
                             "consumer_id": str(c.consumer_id),
                         }
                         fam.add_all(_CONSUMER_GAUGES, consumer, c_labels)
+        base = {"cluster": cluster}
+        disk = service.storage.disk
+        fam.add(
+            "bookie_ledger_dir_usage",
+            base | {"dir": str(disk.path)},
+            disk.usage * 100,
+            "Percent of the data directory's file system in use (BookKeeper's ledger dir usage)",
+        )
+        fam.add(
+            "bookie_SERVER_STATUS",
+            base,
+            0 if disk.read_only else 1,
+            "1 while new entries are written, 0 while the data directory is full (read-only)",
+        )
+        for source in service.broker_gauges:
+            for name, value, doc in source():
+                fam.add(name, base, value, doc)
         for ns, n in sorted(topics_per_ns.items()):
             fam.add(
                 "pulsar_topics_count",

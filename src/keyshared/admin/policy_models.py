@@ -13,12 +13,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from keyshared.admin.rest import Int64, RestError
+from keyshared.broker.sub_types import parse_types
 
 RETENTION_TIME = "retentionTimeInMinutes"
 RETENTION_SIZE = "retentionSizeInMB"
 DEDUPLICATION = "deduplicationEnabled"
 MESSAGE_TTL = "message_ttl_in_seconds"
 PAUSE_ON_ACK_STATE = "dispatcherPauseOnAckStatePersistentEnabled"
+SUB_TYPES = "subscription_types_enabled"
+COMPACTION_THRESHOLD = "compaction_threshold"
 
 
 class RetentionPolicies(BaseModel):
@@ -45,30 +48,167 @@ class RetentionPolicies(BaseModel):
             )
 
 
-class NamespacePolicies(BaseModel):
-    """The part of Pulsar's ``Policies`` this broker honours when a namespace is created."""
+# Fields of Pulsar's ``Policies`` this broker does not implement, with the value that asks for
+# nothing (Pulsar's default, which its Java client sends for every field of a new Policies). Any
+# other value is refused by name. Fields not listed here default to "empty" (null, false, 0, "",
+# [] or {}).
+_UNSUPPORTED_DEFAULTS: dict[str, Any] = {
+    "offload_threshold": -1,
+    "offload_threshold_in_seconds": -1,
+    "subscription_auth_mode": "None",
+    "schema_compatibility_strategy": "UNDEFINED",
+    "schema_auto_update_compatibility_strategy": "Full",
+}
+# Accepted whatever their value, with the reason: one broker owns every bundle of every
+# namespace, and ``deleted`` is Pulsar's own bookkeeping.
+NAMESPACE_NO_OPS: dict[str, str] = {
+    "bundles": "one broker owns every bundle",
+    "deleted": "Pulsar's deletion marker, not a policy",
+}
+_AUTH_FIELDS = ("namespace_auth", "destination_auth", "subscription_auth_roles")
+_ACTIONS = frozenset({"produce", "consume", "functions", "sources", "sinks", "packages"})
 
-    model_config = ConfigDict(extra="ignore")
 
-    deduplicationEnabled: bool | None = None
-    message_ttl_in_seconds: Int64 | None = None
-    retention_policies: RetentionPolicies | None = None
-    dispatcherPauseOnAckStatePersistentEnabled: bool | None = None
+def _asks_nothing(field: str, value: Any) -> bool:
+    if field in _UNSUPPORTED_DEFAULTS:
+        return bool(value == _UNSUPPORTED_DEFAULTS[field])
+    return value is None or value is False or value == 0 or value in ("", [], {})
+
+
+class NamespacePolicies:
+    """A ``PUT /admin/v2/namespaces/{t}/{ns}`` body: Pulsar's ``Policies``, honoured whole.
+
+    Every field this broker implements is applied; a field it does not implement is accepted only
+    with the value that asks for nothing, and otherwise refused by name (501).
+    """
+
+    def __init__(self, body: Any) -> None:
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise RestError(400, "The namespace policies must be a JSON object (Policies)")
+        self.body: dict[str, Any] = body
+
+    def _get(self, key: str, kind: type) -> Any:
+        value = self.body.get(key)
+        if value is None:
+            return None
+        # JSON true/false must not pass for a number, nor a number for a boolean.
+        fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        if not fits:
+            raise RestError(400, f"Invalid value for Policies field {key}: {value!r}")
+        return value
+
+    def unsupported(self) -> list[str]:
+        """Fields set to something this broker does not implement."""
+        return sorted(
+            key
+            for key, value in self.body.items()
+            if key not in _HANDLED and key not in NAMESPACE_NO_OPS and not _asks_nothing(key, value)
+        )
+
+    def replication_clusters(self) -> list[str]:
+        """The ``replication_clusters`` asked for (empty: the local cluster)."""
+        value = self._get("replication_clusters", list)
+        if value is None:
+            return []
+        if not all(isinstance(c, str) for c in value):
+            raise RestError(400, "Invalid value for Policies field replication_clusters")
+        return sorted(set(value))
+
+    def auth_policies(self) -> dict[str, Any] | None:
+        """``auth_policies`` checked (None when not given or empty)."""
+        auth = self._get("auth_policies", dict)
+        if not auth:
+            return None
+        unknown = sorted(set(auth) - set(_AUTH_FIELDS))
+        if unknown:
+            raise RestError(400, f"Unknown auth_policies field(s): {', '.join(unknown)}")
+        out: dict[str, Any] = {}
+        for field in _AUTH_FIELDS:
+            value = auth.get(field) or {}
+            if not isinstance(value, dict):
+                raise RestError(400, f"Invalid value for auth_policies.{field}")
+            out[field] = value
+        for role, actions in out["namespace_auth"].items():
+            if not isinstance(actions, list) or not set(actions) <= _ACTIONS:
+                raise RestError(400, f"Invalid actions for role {role!r} in namespace_auth")
+            out["namespace_auth"][role] = sorted(set(actions))
+        if not any(out.values()):
+            return None
+        return out
 
     def flat(self) -> dict[str, Any]:
-        """The stored (flat) policy keys this body sets."""
+        """The stored (flat) policy keys this body sets (501 naming what is not implemented)."""
+        unsupported = self.unsupported()
+        if unsupported:
+            raise RestError(
+                501, f"Namespace policies not implemented by keyshared: {', '.join(unsupported)}"
+            )
         out: dict[str, Any] = {}
-        if self.deduplicationEnabled is not None:
-            out[DEDUPLICATION] = self.deduplicationEnabled
-        if self.message_ttl_in_seconds is not None:
-            out[MESSAGE_TTL] = check_ttl(self.message_ttl_in_seconds)
-        if self.retention_policies is not None:
-            self.retention_policies.validate_pulsar()
-            out[RETENTION_TIME] = self.retention_policies.retentionTimeInMinutes
-            out[RETENTION_SIZE] = self.retention_policies.retentionSizeInMB
-        if self.dispatcherPauseOnAckStatePersistentEnabled is not None:
-            out[PAUSE_ON_ACK_STATE] = self.dispatcherPauseOnAckStatePersistentEnabled
+        dedup = self._get(DEDUPLICATION, bool)
+        if dedup is not None:
+            out[DEDUPLICATION] = dedup
+        ttl = self._get(MESSAGE_TTL, int)
+        if ttl is not None:
+            out[MESSAGE_TTL] = check_ttl(ttl)
+        retention = self._get("retention_policies", dict)
+        if retention is not None:
+            try:
+                model = RetentionPolicies.model_validate(retention)
+            except ValueError:
+                raise RestError(
+                    400, "Invalid value for Policies field retention_policies"
+                ) from None
+            model.validate_pulsar()
+            out[RETENTION_TIME] = model.retentionTimeInMinutes
+            out[RETENTION_SIZE] = model.retentionSizeInMB
+        pause = self._get(PAUSE_ON_ACK_STATE, bool)
+        if pause is not None:
+            out[PAUSE_ON_ACK_STATE] = pause
+        types = self._get(SUB_TYPES, list)
+        if types:
+            try:
+                parse_types(types)
+            except (ValueError, AttributeError) as exc:
+                raise RestError(412, str(exc)) from None
+            out[SUB_TYPES] = sorted(set(types))
+        for field, policy in LIMIT_FIELDS.items():
+            limit = self._get(field, int)
+            if limit is not None:
+                if limit < 0:
+                    raise RestError(412, f"{policy} must be 0 or more")
+                out[field] = limit
+        threshold = self._get(COMPACTION_THRESHOLD, int)
+        if threshold is not None:
+            if threshold < 0:
+                raise RestError(412, "compactionThreshold must be 0 or more")
+            out[COMPACTION_THRESHOLD] = threshold
         return out
+
+
+# Pulsar's Policies fields of the limits (broker/limits.py), by policy name.
+LIMIT_FIELDS: dict[str, str] = {
+    "max_producers_per_topic": "maxProducersPerTopic",
+    "max_consumers_per_topic": "maxConsumersPerTopic",
+    "max_consumers_per_subscription": "maxConsumersPerSubscription",
+    "max_subscriptions_per_topic": "maxSubscriptionsPerTopic",
+    "max_topics_per_namespace": "maxTopicsPerNamespace",
+}
+
+_HANDLED = frozenset(
+    {
+        *LIMIT_FIELDS,
+        "auth_policies",
+        "replication_clusters",
+        DEDUPLICATION,
+        MESSAGE_TTL,
+        "retention_policies",
+        PAUSE_ON_ACK_STATE,
+        SUB_TYPES,
+        COMPACTION_THRESHOLD,
+    }
+)
 
 
 def check_ttl(ttl: int) -> int:
@@ -99,10 +239,13 @@ def namespace_view(
             "destination_auth": auth.get("destination_auth", {}),
             "subscription_auth_roles": auth.get("subscription_auth_roles", {}),
         },
-        "replication_clusters": [cluster],
+        "replication_clusters": policies.get("replication_clusters") or [cluster],
         "deduplicationEnabled": policies.get(DEDUPLICATION),
         "message_ttl_in_seconds": policies.get(MESSAGE_TTL),
         "retention_policies": retention_of(policies),
         "dispatcherPauseOnAckStatePersistentEnabled": policies.get(PAUSE_ON_ACK_STATE),
+        SUB_TYPES: policies.get(SUB_TYPES) or [],
+        COMPACTION_THRESHOLD: policies.get(COMPACTION_THRESHOLD),
+        **{field: policies.get(field) for field in LIMIT_FIELDS},
         "deleted": False,
     }

@@ -13,9 +13,10 @@ from typing import Annotated
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.service import NAMESPACES_PREFIX, TENANTS_PREFIX, BrokerService
+from keyshared.broker.service import TENANTS_PREFIX, BrokerService
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import TopicName
@@ -40,11 +41,25 @@ class RestError(Exception):
 
 
 def install_rest_errors(app: FastAPI) -> None:
-    """Answer :class:`RestError` as Pulsar does: the status with ``{"reason": ...}``."""
+    """Answer :class:`RestError` as Pulsar does: the status with ``{"reason": ...}``; and an
+    admin path or method keyshared does not implement with 404 / 405 and a reason naming it."""
 
     @app.exception_handler(RestError)
     async def rest_error(_: Request, exc: RestError) -> Response:
         return JSONResponse({"reason": exc.reason}, status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        what = f"{request.method} {request.url.path}"
+        if exc.status_code == 404 and exc.detail == "Not Found":
+            reason = f"Not implemented by keyshared: {what}"
+        elif exc.status_code == 405:
+            reason = f"Method not allowed by keyshared: {what}"
+        else:
+            reason = str(exc.detail)
+        return JSONResponse(
+            {"reason": reason}, status_code=exc.status_code, headers=getattr(exc, "headers", None)
+        )
 
 
 class MessageIdData(BaseModel):
@@ -134,10 +149,7 @@ class Resolver:
 
     def namespaces_of(self, tenant: str) -> list[str]:
         """``tenant/ns`` names of the tenant's namespaces."""
-        prefix = NAMESPACES_PREFIX + tenant + "/"
-        return [
-            k[len(NAMESPACES_PREFIX) :] for k in self.service.storage.metadata.list_keys(prefix)
-        ]
+        return self.service.policies.namespaces_of(tenant)
 
     def topics_of(self, namespace: str) -> list[str]:
         """Every topic of ``namespace`` as Pulsar lists them: non-partitioned topics and all
@@ -160,6 +172,14 @@ class Resolver:
         except BrokerError as exc:
             raise RestError(412, exc.message) from None
         self.namespace(tenant, namespace)
+        return name
+
+    def policy_topic(self, tenant: str, namespace: str, topic: str) -> TopicName:
+        """The name of an existing topic (or partitioned topic) whose policies are asked for;
+        404 "Topic not found" otherwise, as Pulsar refuses policies of a missing topic."""
+        name = self.topic_name(tenant, namespace, topic)
+        if not self.exists(name) and self.partitions(name) == 0:
+            raise RestError(404, "Topic not found")
         return name
 
     def partitions(self, name: TopicName) -> int:
@@ -200,11 +220,6 @@ class Resolver:
             raise RestError(404, "Subscription not found")
         return s
 
-    def policies_changed(self) -> None:
-        """Let every loaded topic apply changed policies."""
-        for t in list(self.service.topics.values()):
-            t.on_policies_changed()
-
 
 def broker_error_status(code: ServerError) -> int:
     """The HTTP status Pulsar's admin uses for a broker error code."""
@@ -219,7 +234,8 @@ def broker_error_status(code: ServerError) -> int:
 
 def as_rest_error(exc: BrokerError) -> RestError:
     """A broker error as an admin error."""
-    return RestError(broker_error_status(exc.code), exc.message)
+    status = getattr(exc, "http_status", None)
+    return RestError(status or broker_error_status(exc.code), exc.message)
 
 
 def no_content() -> Response:

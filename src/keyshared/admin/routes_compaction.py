@@ -20,6 +20,7 @@ from keyshared.broker.service import BrokerService
 
 _TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
+_THRESHOLD = "compactionThreshold"
 
 
 def compaction_routes(service: BrokerService) -> APIRouter:
@@ -55,30 +56,30 @@ def compaction_routes(service: BrokerService) -> APIRouter:
     @router.get(_TOPIC + "/compactionThreshold")
     async def get_topic_threshold(tenant: str, namespace: str, topic: str) -> Any:
         """The topic's own threshold (null when it has none)."""
-        name = resolve.topic_name(tenant, namespace, topic)
-        return store.topic(name.full).get("compactionThreshold")
+        name = resolve.policy_topic(tenant, namespace, topic)
+        return store.topic_value(name.full, _THRESHOLD)
 
     @router.post(_TOPIC + "/compactionThreshold", status_code=204)
     async def set_topic_threshold(
         tenant: str, namespace: str, topic: str, value: Annotated[int, Body()]
     ) -> Response:
         """Set the topic's threshold in bytes."""
-        name = resolve.topic_name(tenant, namespace, topic)
-        store.set_topic(name.full, "compactionThreshold", check_threshold(value))
+        name = resolve.policy_topic(tenant, namespace, topic)
+        store.update_topic(name.full, {_THRESHOLD: check_threshold(value)})
         return no_content()
 
     @router.delete(_TOPIC + "/compactionThreshold", status_code=204)
     async def remove_topic_threshold(tenant: str, namespace: str, topic: str) -> Response:
         """Remove the topic's threshold (the namespace's or broker's applies)."""
-        name = resolve.topic_name(tenant, namespace, topic)
-        store.set_topic(name.full, "compactionThreshold", None)
+        name = resolve.policy_topic(tenant, namespace, topic)
+        store.update_topic(name.full, {_THRESHOLD: None})
         return no_content()
 
     @router.get(_NS + "/compactionThreshold")
     async def get_ns_threshold(tenant: str, namespace: str) -> Any:
         """The namespace's threshold (null when it has none)."""
         ns = resolve.namespace(tenant, namespace)
-        return (store.namespace(ns) or {}).get("compaction_threshold")
+        return store.namespace_value(ns, _THRESHOLD)
 
     @router.put(_NS + "/compactionThreshold", status_code=204)
     async def set_ns_threshold(
@@ -86,14 +87,14 @@ def compaction_routes(service: BrokerService) -> APIRouter:
     ) -> Response:
         """Set the namespace's threshold in bytes."""
         ns = resolve.namespace(tenant, namespace)
-        store.set_namespace(ns, "compaction_threshold", check_threshold(value))
+        store.update_namespace(ns, {_THRESHOLD: check_threshold(value)})
         return no_content()
 
     @router.delete(_NS + "/compactionThreshold", status_code=204)
     async def remove_ns_threshold(tenant: str, namespace: str) -> Response:
         """Remove the namespace's threshold."""
         ns = resolve.namespace(tenant, namespace)
-        store.set_namespace(ns, "compaction_threshold", None)
+        store.update_namespace(ns, {_THRESHOLD: None})
         return no_content()
 
     return router

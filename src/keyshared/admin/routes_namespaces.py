@@ -28,7 +28,7 @@ from keyshared.admin.policy_models import (
 from keyshared.admin.rest import Resolver, RestError, check_name, no_content
 from keyshared.admin.routes_tenants import delete_namespace_data
 from keyshared.admin.topic_ops import unload_topic
-from keyshared.broker.service import NAMESPACES_PREFIX, BrokerService
+from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
 
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
@@ -40,10 +40,6 @@ def namespace_routes(service: BrokerService) -> APIRouter:
     resolve = Resolver(service)
     store = service.policies
 
-    def set_policy(ns: str, key: str, value: Any) -> None:
-        store.set_namespace(ns, key, value)
-        resolve.policies_changed()
-
     @router.get("/admin/v2/namespaces/{tenant}")
     async def list_namespaces(tenant: str) -> list[str]:
         """The tenant's namespaces as ``tenant/namespace``."""
@@ -53,19 +49,50 @@ def namespace_routes(service: BrokerService) -> APIRouter:
     async def create_namespace(
         tenant: str,
         namespace: str,
-        policies: Annotated[NamespacePolicies | None, Body()] = None,
+        body: Annotated[Any, Body()] = None,
     ) -> Response:
-        """Create a namespace, optionally with initial policies (409 if it exists)."""
+        """Create a namespace with the ``Policies`` given, honoured whole (409 if it exists;
+        501 naming a policy this broker does not implement)."""
         resolve.tenant(tenant)
         check_name("namespace", namespace)
         ns = f"{tenant}/{namespace}"
         if service.namespace_exists(ns):
             raise RestError(409, "Namespace already exists")
-        initial = policies.flat() if policies is not None else {}
-        service.storage.metadata.put_json(NAMESPACES_PREFIX + ns, {})
-        for key, value in initial.items():
-            store.set_namespace(ns, key, value)
+        policies = NamespacePolicies(body)
+        record = policies.flat()
+        clusters = policies.replication_clusters()
+        if clusters:
+            record["replication_clusters"] = check_replication_clusters(tenant, clusters)
+        auth = policies.auth_policies()
+        if auth is not None:
+            record["auth_policies"] = auth
+        store.create_namespace(ns, record)
         return no_content()
+
+    def check_replication_clusters(tenant: str, clusters: list[str]) -> list[str]:
+        """Pulsar's checks: every cluster known (412) and allowed by the tenant (403); then
+        501 for another cluster than this one."""
+        unknown = [c for c in clusters if not service.clusters.exists(c)]
+        if unknown:
+            raise RestError(412, f"Clusters do not exist: {', '.join(unknown)}")
+        allowed = service.tenant_allowed_clusters(tenant)
+        for c in clusters:
+            if allowed and c not in allowed:
+                raise RestError(
+                    403,
+                    f"Cluster {c} is not in the list of allowed clusters list for tenant "
+                    f"[{tenant}]",
+                )
+        # The storage is ready for geo-replication; until it replicates, saying it does would
+        # be a silent success.
+        remote = [c for c in clusters if c != service.clusters.local]
+        if remote:
+            raise RestError(
+                501,
+                f"Replication to other clusters is not implemented by keyshared: "
+                f"{', '.join(remote)}",
+            )
+        return clusters
 
     @router.get(_NS)
     async def get_policies(tenant: str, namespace: str) -> Any:
@@ -122,11 +149,31 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         return no_content()
 
     # --- policies ----------------------------------------------------------------------------
+    @router.get(_NS + "/replication")
+    async def get_replication_clusters(tenant: str, namespace: str) -> list[str]:
+        """The clusters the namespace replicates to (the local one when none was set)."""
+        record = store.namespace(resolve.namespace(tenant, namespace)) or {}
+        return list(record.get("replication_clusters") or [service.clusters.local])
+
+    @router.post(_NS + "/replication", status_code=204)
+    async def set_replication_clusters(
+        tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
+    ) -> Response:
+        """Set the namespace's ``replication_clusters`` (each known and allowed by the tenant;
+        501 naming a cluster other than this one, as replication is not implemented yet)."""
+        ns = resolve.namespace(tenant, namespace)
+        if not clusters:
+            raise RestError(412, "ClusterIds should not be null or empty")
+        store.set_namespace(
+            ns, "replication_clusters", check_replication_clusters(tenant, sorted(set(clusters)))
+        )
+        return no_content()
+
     @router.get(_NS + "/deduplication")
     async def get_deduplication(tenant: str, namespace: str) -> bool | None:
         """The namespace's deduplication setting (null when not set)."""
         ns = resolve.namespace(tenant, namespace)
-        value = (store.namespace(ns) or {}).get(DEDUPLICATION)
+        value = store.namespace_value(ns, DEDUPLICATION)
         return None if value is None else bool(value)
 
     @router.post(_NS + "/deduplication", status_code=204)
@@ -134,13 +181,13 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         tenant: str, namespace: str, enabled: Annotated[bool, Body()]
     ) -> Response:
         """Enable or disable deduplication for the namespace's topics."""
-        set_policy(resolve.namespace(tenant, namespace), DEDUPLICATION, enabled)
+        store.update_namespace(resolve.namespace(tenant, namespace), {DEDUPLICATION: enabled})
         return no_content()
 
     @router.delete(_NS + "/deduplication", status_code=204)
     async def remove_deduplication(tenant: str, namespace: str) -> Response:
         """Fall back to the broker's ``brokerDeduplicationEnabled``."""
-        set_policy(resolve.namespace(tenant, namespace), DEDUPLICATION, None)
+        store.update_namespace(resolve.namespace(tenant, namespace), {DEDUPLICATION: None})
         return no_content()
 
     @router.get(_NS + "/retention")
@@ -155,22 +202,26 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         """Set the namespace's retention (time in minutes, size in MB; -1 = unlimited)."""
         ns = resolve.namespace(tenant, namespace)
         retention.validate_pulsar()
-        store.set_namespace(ns, RETENTION_TIME, retention.retentionTimeInMinutes)
-        set_policy(ns, RETENTION_SIZE, retention.retentionSizeInMB)
+        store.update_namespace(
+            ns,
+            {
+                RETENTION_TIME: retention.retentionTimeInMinutes,
+                RETENTION_SIZE: retention.retentionSizeInMB,
+            },
+        )
         return no_content()
 
     @router.delete(_NS + "/retention", status_code=204)
     async def remove_retention(tenant: str, namespace: str) -> Response:
         """Fall back to the broker's ``defaultRetention*`` settings."""
         ns = resolve.namespace(tenant, namespace)
-        store.set_namespace(ns, RETENTION_TIME, None)
-        set_policy(ns, RETENTION_SIZE, None)
+        store.update_namespace(ns, {RETENTION_TIME: None, RETENTION_SIZE: None})
         return no_content()
 
     @router.get(_NS + "/messageTTL")
     async def get_message_ttl(tenant: str, namespace: str) -> int | None:
         """The namespace's message TTL in seconds (null when not set)."""
-        value = (store.namespace(resolve.namespace(tenant, namespace)) or {}).get(MESSAGE_TTL)
+        value = store.namespace_value(resolve.namespace(tenant, namespace), MESSAGE_TTL)
         return None if value is None else int(value)
 
     @router.post(_NS + "/messageTTL", status_code=204)
@@ -178,13 +229,13 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         tenant: str, namespace: str, ttl: Annotated[int, Body(ge=-(2**31), le=2**31 - 1)]
     ) -> Response:
         """Set the namespace's message TTL in seconds (0 = messages never expire)."""
-        set_policy(resolve.namespace(tenant, namespace), MESSAGE_TTL, check_ttl(ttl))
+        store.update_namespace(resolve.namespace(tenant, namespace), {MESSAGE_TTL: check_ttl(ttl)})
         return no_content()
 
     @router.delete(_NS + "/messageTTL", status_code=204)
     async def remove_message_ttl(tenant: str, namespace: str) -> Response:
         """Fall back to the broker's ``ttlDurationDefaultInSeconds``."""
-        set_policy(resolve.namespace(tenant, namespace), MESSAGE_TTL, None)
+        store.update_namespace(resolve.namespace(tenant, namespace), {MESSAGE_TTL: None})
         return no_content()
 
     return router

@@ -36,7 +36,7 @@ def sub_types_routes(service: BrokerService) -> APIRouter:
     @router.get(_NS)
     async def get_namespace_types(tenant: str, namespace: str) -> list[str] | None:
         """The namespace's enabled subscription types (null when not set)."""
-        value = (store.namespace(resolve.namespace(tenant, namespace)) or {}).get(POLICY_KEY)
+        value = store.namespace_value(resolve.namespace(tenant, namespace), POLICY_KEY)
         return list(value) if value else None
 
     @router.post(_NS, status_code=204)
@@ -45,22 +45,20 @@ def sub_types_routes(service: BrokerService) -> APIRouter:
     ) -> Response:
         """Only these subscription types may subscribe to the namespace's topics."""
         ns = resolve.namespace(tenant, namespace)
-        store.set_namespace(ns, POLICY_KEY, _validated(types) or None)
-        resolve.policies_changed()
+        store.update_namespace(ns, {POLICY_KEY: _validated(types) or None})
         return no_content()
 
     @router.delete(_NS, status_code=204)
     async def remove_namespace_types(tenant: str, namespace: str) -> Response:
         """Fall back to the broker's ``subscriptionTypesEnabled``."""
-        store.set_namespace(resolve.namespace(tenant, namespace), POLICY_KEY, None)
-        resolve.policies_changed()
+        store.update_namespace(resolve.namespace(tenant, namespace), {POLICY_KEY: None})
         return no_content()
 
     @router.get(_TOPIC)
     async def get_topic_types(tenant: str, namespace: str, topic: str) -> list[str] | None:
         """The topic's own enabled subscription types (null when not set)."""
-        name = resolve.topic_name(tenant, namespace, topic)
-        value = store.topic(name.full).get(POLICY_KEY)
+        name = resolve.policy_topic(tenant, namespace, topic)
+        value = store.topic_value(name.full, POLICY_KEY)
         return list(value) if value else None
 
     @router.post(_TOPIC, status_code=204)
@@ -68,17 +66,15 @@ def sub_types_routes(service: BrokerService) -> APIRouter:
         tenant: str, namespace: str, topic: str, types: Annotated[list[str], Body()]
     ) -> Response:
         """Only these subscription types may subscribe to the topic."""
-        name = resolve.topic_name(tenant, namespace, topic)
-        store.set_topic(name.full, POLICY_KEY, _validated(types) or None)
-        resolve.policies_changed()
+        name = resolve.policy_topic(tenant, namespace, topic)
+        store.update_topic(name.full, {POLICY_KEY: _validated(types) or None})
         return no_content()
 
     @router.delete(_TOPIC, status_code=204)
     async def remove_topic_types(tenant: str, namespace: str, topic: str) -> Response:
         """Fall back to the namespace policy, else the broker setting."""
-        name = resolve.topic_name(tenant, namespace, topic)
-        store.set_topic(name.full, POLICY_KEY, None)
-        resolve.policies_changed()
+        name = resolve.policy_topic(tenant, namespace, topic)
+        store.update_topic(name.full, {POLICY_KEY: None})
         return no_content()
 
     return router

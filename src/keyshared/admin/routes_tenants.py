@@ -1,7 +1,7 @@
-"""Tenants and clusters: ``/admin/v2/tenants`` and ``/admin/v2/clusters`` as in Pulsar.
+"""Tenants: ``/admin/v2/tenants`` as in Pulsar.
 
 A tenant is stored as Pulsar's ``TenantInfo`` (``adminRoles``, ``allowedClusters``) under
-``tenants/<name>``. This broker is its own one cluster, named by ``clusterName``.
+``tenants/<name>``; every allowed cluster must be known (``admin.routes_clusters``).
 """
 
 from __future__ import annotations
@@ -29,15 +29,14 @@ class TenantInfo(BaseModel):
 
 
 def tenant_routes(service: BrokerService) -> APIRouter:
-    """The tenant and cluster routes of ``service``."""
+    """The tenant routes of ``service``."""
     router = APIRouter(tags=["tenants"])
     resolve = Resolver(service)
     md = service.storage.metadata
-    cluster = service.config.clusterName
 
     def checked(info: TenantInfo | None) -> dict[str, Any]:
         info = info or TenantInfo()
-        unknown = sorted(set(info.allowedClusters) - {cluster})
+        unknown = sorted(c for c in set(info.allowedClusters) if not service.clusters.exists(c))
         if unknown:
             raise RestError(412, f"Clusters do not exist: {', '.join(unknown)}")
         return {
@@ -96,11 +95,6 @@ def tenant_routes(service: BrokerService) -> APIRouter:
         md.delete(TENANTS_PREFIX + tenant)
         return no_content()
 
-    @router.get("/admin/v2/clusters", tags=["clusters"])
-    async def list_clusters() -> list[str]:
-        """The one cluster this broker is."""
-        return [cluster]
-
     return router
 
 
@@ -112,6 +106,4 @@ async def delete_namespace_data(service: BrokerService, resolve: Resolver, names
         name = TopicName.parse(full)
         if service.topic_exists(name):
             await service.delete_topic(name, force=True)
-    service.storage.metadata.delete(f"namespaces/{namespace}")
-    service.policies.generation += 1
-    resolve.policies_changed()
+    service.policies.delete_namespace(namespace)

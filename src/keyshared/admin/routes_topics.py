@@ -33,7 +33,6 @@ from keyshared.admin.rest import (
 )
 from keyshared.admin.topic_ops import unload_topic
 from keyshared.broker.errors import BrokerError
-from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
 
@@ -199,19 +198,14 @@ def topic_routes(service: BrokerService) -> APIRouter:
 
     # --- topic policies ------------------------------------------------------------------
     def topic_policy(tenant: str, namespace: str, topic: str) -> tuple[TopicName, dict[str, Any]]:
-        name = resolve.topic_name(tenant, namespace, topic)
-        if not resolve.exists(name) and resolve.partitions(name) == 0:
-            raise RestError(404, "Topic not found")
+        name = resolve.policy_topic(tenant, namespace, topic)
         return name, store.topic(name.full)
 
     def applied(name: TopicName, key: str) -> Any:
-        default = getattr(service.config, POLICY_DEFAULTS[key])
-        return store.resolve(name.full, name.namespace_name, key, default)
+        return store.effective(name, key)
 
     def set_topic(name: TopicName, **values: Any) -> None:
-        for key, value in values.items():
-            store.set_topic(name.full, key, value)
-        resolve.policies_changed()
+        store.update_topic(name.full, values)
 
     @router.get(_TOPIC + "/deduplicationEnabled")
     async def get_topic_deduplication(
@@ -317,6 +311,13 @@ def check_partitions(n: int) -> int:
     return n
 
 
+def check_partition_limit(service: BrokerService, n: int) -> None:
+    """406 when ``n`` passes ``maxNumPartitionsPerPartitionedTopic`` (0: no limit)."""
+    limit = service.config.maxNumPartitionsPerPartitionedTopic
+    if limit > 0 and n > limit:
+        raise RestError(406, f"Number of partitions should be less than or equal to {limit}")
+
+
 def create_partitioned_topic(
     service: BrokerService,
     name: TopicName,
@@ -327,6 +328,7 @@ def create_partitioned_topic(
     """PUT ``.../partitions``: 406 for a bad count, 409 when ``name`` is a partitioned topic or
     ``exists`` (as a non-partitioned one), 412 for a partition's name."""
     check_partitions(partitions)
+    check_partition_limit(service, partitions)
     if service.partitions_of(name) > 0 or exists(name):
         raise RestError(409, "This topic already exists")
     if name.partition_index >= 0:
@@ -342,12 +344,16 @@ def grow_partitioned_topic(service: BrokerService, name: TopicName, partitions: 
     """POST ``.../partitions``: 406 for a bad count, 409 unless ``name`` is partitioned and
     ``partitions`` more than it has."""
     check_partitions(partitions)
+    check_partition_limit(service, partitions)
     current = service.partitions_of(name)
     if current == 0:
         raise RestError(409, "Partitioned topic does not exist")
     if partitions <= current:
         raise RestError(409, "Number of partitions can only grow")
-    service.update_partitioned_topic(name, partitions)
+    try:
+        service.update_partitioned_topic(name, partitions)
+    except BrokerError as exc:
+        raise as_rest_error(exc) from None
     return no_content()
 
 

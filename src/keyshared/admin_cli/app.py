@@ -62,10 +62,10 @@ def root(
 
 
 def _register() -> None:
-    from keyshared.admin_cli import namespaces, tenants, topics
+    from keyshared.admin_cli import clusters, namespaces, tenants, topics
 
     app.add_typer(tenants.app, name="tenants")
-    app.add_typer(tenants.clusters_app, name="clusters")
+    app.add_typer(clusters.app, name="clusters")
     app.add_typer(tenants.brokers_app, name="brokers")
     app.add_typer(namespaces.app, name="namespaces")
     app.add_typer(topics.app, name="topics")

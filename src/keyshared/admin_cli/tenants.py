@@ -1,4 +1,4 @@
-"""``keyshared admin tenants | clusters | brokers``."""
+"""``keyshared admin tenants | brokers``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from keyshared.admin_cli.args import print_json, print_lines, seg
 from keyshared.admin_cli.http import AdminHttp
 
 app = typer.Typer(help="Operations about tenants.", no_args_is_help=True)
-clusters_app = typer.Typer(help="Operations about clusters.", no_args_is_help=True)
 brokers_app = typer.Typer(help="Operations about brokers.", no_args_is_help=True)
 
 
@@ -76,13 +75,6 @@ def delete_tenant(
     """Delete a tenant."""
     http: AdminHttp = ctx.obj
     http.call("DELETE", f"/admin/v2/tenants/{seg(tenant)}", query={"force": force})
-
-
-@clusters_app.command("list")
-def list_clusters(ctx: typer.Context) -> None:
-    """List the clusters."""
-    http: AdminHttp = ctx.obj
-    print_lines(http.call("GET", "/admin/v2/clusters"))
 
 
 @brokers_app.command("healthcheck")

@@ -254,14 +254,7 @@ class Compactor:
     def threshold(self) -> int:
         """Bytes after the horizon that trigger compaction (0: off): topic policy
         ``compactionThreshold``, else namespace ``compaction_threshold``, else broker."""
-        topic = self.topic
-        store = topic.service.policies
-        value = store.topic(topic.name.full).get("compactionThreshold")
-        if value is None:
-            value = (store.namespace(topic.name.namespace_name) or {}).get("compaction_threshold")
-        if value is None:
-            value = topic.config.brokerServiceCompactionThresholdInBytes
-        return int(value)
+        return int(self.topic.service.policies.effective(self.topic.name, "compactionThreshold"))
 
     def backlog_bytes(self) -> int:
         """Estimated bytes after the compaction cursor's mark-delete (the whole topic when

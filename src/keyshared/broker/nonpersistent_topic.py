@@ -20,12 +20,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from crc32c import crc32c
 
+from keyshared.broker import limits
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dispatch.nonpersistent import NonPersistentDispatcher, new_dispatcher
 from keyshared.broker.entry_meta import parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sub_types import check_enabled, enabled_for_topic
+from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.topic import Producer, PublishCallback
 from keyshared.broker.topic_common import (
     ProducerRegistry,
@@ -195,6 +196,7 @@ class NonPersistentTopic:
         """Register ``producer``; names are unique per topic."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        limits.check_producers(self.service.policies, self.name, len(self.producers))
         self.producers.add(producer)
 
     def remove_producer(self, producer: Producer) -> None:
@@ -234,9 +236,7 @@ class NonPersistentTopic:
     # --- consumers ---------------------------------------------------------------------------
     def enabled_sub_types(self) -> frozenset[str]:
         """Subscription types this topic accepts (topic over namespace over broker setting)."""
-        return enabled_for_topic(
-            self.service.policies, self.name, self.service.config.subscriptionTypesEnabled
-        )
+        return self.service.policies.enabled_sub_types(self.name)
 
     def subscribe(
         self,
@@ -252,6 +252,7 @@ class NonPersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
+        limits.check_subscribe(self.service.policies, self.name, self.subscriptions, subscription)
         sub = self.subscriptions.get(subscription)
         if sub is None:
             sub = NonPersistentSubscription(self, subscription, durable=durable)

@@ -1,85 +1,265 @@
-"""Namespace and topic policies, resolved topic over namespace over broker setting.
+"""Namespace and topic policies: the one owner of where they are stored and how they resolve.
 
-Stored in the metadata store as JSON objects with Pulsar's policy field names:
-``namespaces/<tenant>/<ns>`` (the namespace record itself, as Pulsar keeps ``Policies``) and
-``topic-policies/<persistent://...>`` (Pulsar's ``TopicPolicies``).
+Every policy this broker honours is declared once in :data:`POLICIES`: its field in Pulsar's
+namespace ``Policies``, its field in Pulsar's ``TopicPolicies`` and the ``broker.conf`` key that
+gives the default. The broker (topics, dispatchers, compaction) and the admin routes both ask
+:class:`PolicyService`; nothing else reads the stored records or walks the levels by hand.
+
+The effective value for a topic is its topic policy, else its namespace policy, else the broker
+setting. As in Pulsar, a level is *unset* when its value is absent (``null``); for list policies
+(``subscription_types_enabled``) an empty list is unset too and falls through to the next level.
+
+Stored in the metadata store as JSON objects: ``namespaces/<tenant>/<ns>`` (the namespace record
+itself, as Pulsar keeps ``Policies``; it also holds ``auth_policies``) and
+``topic-policies/<persistent://...>``. Every change bumps :attr:`PolicyService.generation` (so
+topics cache resolved values cheaply) and tells the listeners (the broker applies it to loaded
+topics at once).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from keyshared.storage.metadata import MetadataStore
+
+if TYPE_CHECKING:
+    from keyshared.broker.topic_name import TopicName
+    from keyshared.config import BrokerConfig
 
 NAMESPACES_PREFIX = "namespaces/"
 TOPIC_POLICIES_PREFIX = "topic-policies/"
 
-# Pulsar's field names of the policies this broker honours, with the broker.conf key that
-# gives the default when neither the topic nor the namespace sets one.
-POLICY_DEFAULTS: dict[str, str] = {
-    "deduplicationEnabled": "brokerDeduplicationEnabled",
-    "dispatcherPauseOnAckStatePersistentEnabled": "dispatcherPauseOnAckStatePersistentEnabled",
-    "message_ttl_in_seconds": "ttlDurationDefaultInSeconds",
-    "retentionTimeInMinutes": "defaultRetentionTimeInMinutes",
-    "retentionSizeInMB": "defaultRetentionSizeInMB",
-    "delayedDeliveryEnabled": "delayedDeliveryEnabled",
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Where one policy lives at each level, and the broker setting it defaults to."""
+
+    namespace_field: str
+    """Its field in Pulsar's namespace ``Policies`` (as stored in the namespace record)."""
+    topic_field: str
+    """Its field in the stored topic policies."""
+    broker_key: str
+    """The ``broker.conf`` key whose value applies when neither level sets it."""
+    empty_is_unset: bool = False
+    """An empty value (list) means "not set", as Pulsar treats ``subscription_types_enabled``."""
+
+    def is_set(self, value: Any) -> bool:
+        """True when ``value`` sets this policy at its level (else the next level applies)."""
+        if value is None:
+            return False
+        return not (self.empty_is_unset and not value)
+
+
+def _same(name: str, broker_key: str, *, empty_is_unset: bool = False) -> Policy:
+    return Policy(name, name, broker_key, empty_is_unset)
+
+
+POLICIES: dict[str, Policy] = {
+    "deduplicationEnabled": _same("deduplicationEnabled", "brokerDeduplicationEnabled"),
+    "dispatcherPauseOnAckStatePersistentEnabled": _same(
+        "dispatcherPauseOnAckStatePersistentEnabled", "dispatcherPauseOnAckStatePersistentEnabled"
+    ),
+    "message_ttl_in_seconds": _same("message_ttl_in_seconds", "ttlDurationDefaultInSeconds"),
+    "retentionTimeInMinutes": _same("retentionTimeInMinutes", "defaultRetentionTimeInMinutes"),
+    "retentionSizeInMB": _same("retentionSizeInMB", "defaultRetentionSizeInMB"),
+    "delayedDeliveryEnabled": _same("delayedDeliveryEnabled", "delayedDeliveryEnabled"),
+    "subscription_types_enabled": _same(
+        "subscription_types_enabled", "subscriptionTypesEnabled", empty_is_unset=True
+    ),
+    # Pulsar names it ``compaction_threshold`` in Policies, ``compactionThreshold`` on topics.
+    "compactionThreshold": Policy(
+        "compaction_threshold", "compactionThreshold", "brokerServiceCompactionThresholdInBytes"
+    ),
+    # Limits: 0 means unlimited, at any level, as in Pulsar.
+    "maxProducersPerTopic": Policy(
+        "max_producers_per_topic", "maxProducersPerTopic", "maxProducersPerTopic"
+    ),
+    "maxConsumersPerTopic": Policy(
+        "max_consumers_per_topic", "maxConsumersPerTopic", "maxConsumersPerTopic"
+    ),
+    "maxConsumersPerSubscription": Policy(
+        "max_consumers_per_subscription",
+        "maxConsumersPerSubscription",
+        "maxConsumersPerSubscription",
+    ),
+    "maxSubscriptionsPerTopic": Policy(
+        "max_subscriptions_per_topic", "maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic"
+    ),
+    # A namespace-only policy: resolved by namespace_effective.
+    "maxTopicsPerNamespace": Policy(
+        "max_topics_per_namespace", "maxTopicsPerNamespace", "maxTopicsPerNamespace"
+    ),
 }
+"""Every policy the broker resolves, by the name callers use."""
+
+POLICY_DEFAULTS: dict[str, str] = {name: p.broker_key for name, p in POLICIES.items()}
+"""Policy name -> the ``broker.conf`` key of its default."""
 
 
-class PolicyStore:
-    """Reads and writes namespace and topic policies."""
+class PolicyService:
+    """Reads, writes and resolves namespace and topic policies (topic > namespace > broker)."""
 
-    def __init__(self, metadata: MetadataStore) -> None:
+    def __init__(self, metadata: MetadataStore, config: BrokerConfig) -> None:
         self.metadata = metadata
+        self.config = config
         # Bumped on every change, so topics can cache resolved values cheaply.
         self.generation = 0
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every policy change."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        self.generation += 1
+        for listener in list(self._listeners):
+            listener()
+
+    # --- resolution ----------------------------------------------------------------------
+    def effective(self, topic: TopicName, name: str) -> Any:
+        """Policy ``name`` in force on ``topic``: topic policy, else namespace policy, else the
+        broker setting."""
+        policy = POLICIES[name]
+        value = self.topic(topic.full).get(policy.topic_field)
+        if policy.is_set(value):
+            return value
+        value = (self.namespace(topic.namespace_name) or {}).get(policy.namespace_field)
+        if policy.is_set(value):
+            return value
+        return getattr(self.config, policy.broker_key)
+
+    def namespace_effective(self, namespace: str, name: str) -> Any:
+        """Policy ``name`` in force on ``namespace``: its own value, else the broker setting."""
+        value = self.namespace_value(namespace, name)
+        return getattr(self.config, POLICIES[name].broker_key) if value is None else value
+
+    def enabled_sub_types(self, topic: TopicName) -> frozenset[str]:
+        """Subscription types ``topic`` accepts (``subscriptionTypesEnabled`` resolved)."""
+        from keyshared.broker.sub_types import parse_types
+
+        return parse_types(self.effective(topic, "subscription_types_enabled"))
+
+    # --- one level's value ---------------------------------------------------------------
+    def namespace_value(self, namespace: str, name: str) -> Any:
+        """Policy ``name`` as set on ``namespace`` itself (None when unset)."""
+        policy = POLICIES[name]
+        value = (self.namespace(namespace) or {}).get(policy.namespace_field)
+        return value if policy.is_set(value) else None
+
+    def topic_value(self, topic: str, name: str) -> Any:
+        """Policy ``name`` as set on ``topic`` itself (None when unset)."""
+        policy = POLICIES[name]
+        value = self.topic(topic).get(policy.topic_field)
+        return value if policy.is_set(value) else None
+
+    def update_namespace(self, namespace: str, values: Mapping[str, Any]) -> None:
+        """Set policies (by name; None removes one) on ``namespace`` in one change."""
+        fields = {POLICIES[name].namespace_field: v for name, v in values.items()}
+        self._write_namespace(namespace, fields)
+
+    def update_topic(self, topic: str, values: Mapping[str, Any]) -> None:
+        """Set policies (by name; None removes one) on ``topic`` in one change."""
+        fields = {POLICIES[name].topic_field: v for name, v in values.items()}
+        self._write_topic(topic, fields)
 
     # --- namespaces ----------------------------------------------------------------------
     def namespace(self, namespace: str) -> dict[str, Any] | None:
-        """The namespace's policies object, or None if the namespace does not exist."""
+        """The namespace's stored record, or None if the namespace does not exist."""
         value = self.metadata.get_json(NAMESPACES_PREFIX + namespace)
         return dict(value) if isinstance(value, dict) else None
 
-    def set_namespace(self, namespace: str, key: str, value: Any) -> None:
-        """Set (or with ``value=None`` remove) one namespace policy."""
-        policies = self.namespace(namespace) or {}
-        if value is None:
-            policies.pop(key, None)
+    def namespace_exists(self, namespace: str) -> bool:
+        """True if ``tenant/namespace`` exists."""
+        return self.metadata.get(NAMESPACES_PREFIX + namespace) is not None
+
+    def namespaces_of(self, tenant: str) -> list[str]:
+        """``tenant/ns`` names of the tenant's namespaces."""
+        prefix = NAMESPACES_PREFIX + tenant + "/"
+        return [k[len(NAMESPACES_PREFIX) :] for k in self.metadata.list_keys(prefix)]
+
+    def create_namespace(self, namespace: str, record: Mapping[str, Any] | None = None) -> None:
+        """Create ``namespace`` with its initial stored record (raw ``Policies`` fields)."""
+        self.metadata.put_json(NAMESPACES_PREFIX + namespace, dict(record or {}))
+        self._changed()
+
+    def delete_namespace(self, namespace: str) -> None:
+        """Forget ``namespace`` and its policies."""
+        self.metadata.delete(NAMESPACES_PREFIX + namespace)
+        self._changed()
+
+    def set_namespace(self, namespace: str, field: str, value: Any) -> None:
+        """Set (or with ``value=None`` remove) one raw field of the namespace record."""
+        self._write_namespace(namespace, {field: value})
+
+    def _write_namespace(self, namespace: str, fields: Mapping[str, Any]) -> None:
+        record = self.namespace(namespace) or {}
+        for field, value in fields.items():
+            if value is None:
+                record.pop(field, None)
+            else:
+                record[field] = value
+        self.metadata.put_json(NAMESPACES_PREFIX + namespace, record)
+        self._changed()
+
+    # --- permissions (Pulsar's Policies.auth_policies.namespace_auth) -----------------------
+    def namespace_permissions(self, namespace: str) -> dict[str, list[str]]:
+        """``role -> actions`` granted on ``namespace`` (empty when none or no namespace)."""
+        auth = (self.namespace(namespace) or {}).get("auth_policies")
+        granted = auth.get("namespace_auth") if isinstance(auth, dict) else None
+        if not isinstance(granted, dict):
+            return {}
+        return {
+            role: [a for a in actions if isinstance(a, str)]
+            for role, actions in granted.items()
+            if isinstance(actions, list)
+        }
+
+    def set_namespace_permission(
+        self, namespace: str, role: str, actions: list[str] | None
+    ) -> bool:
+        """Grant ``actions`` to ``role`` (replacing its grant; None revokes). False when the
+        namespace does not exist."""
+        record = self.namespace(namespace)
+        if record is None:
+            return False
+        auth = record.setdefault("auth_policies", {})
+        granted = auth.setdefault("namespace_auth", {})
+        auth.setdefault("destination_auth", {})
+        auth.setdefault("subscription_auth_roles", {})
+        if actions is None:
+            granted.pop(role, None)
         else:
-            policies[key] = value
-        self.metadata.put_json(NAMESPACES_PREFIX + namespace, policies)
-        self.generation += 1
+            granted[role] = sorted(set(actions))
+        self.metadata.put_json(NAMESPACES_PREFIX + namespace, record)
+        self._changed()
+        return True
 
     # --- topics --------------------------------------------------------------------------
     def topic(self, topic: str) -> dict[str, Any]:
-        """The topic's own policies (empty if none)."""
+        """The topic's own stored policies (empty if none)."""
         value = self.metadata.get_json(TOPIC_POLICIES_PREFIX + topic)
         return dict(value) if isinstance(value, dict) else {}
 
-    def set_topic(self, topic: str, key: str, value: Any) -> None:
-        """Set (or with ``value=None`` remove) one topic policy."""
+    def set_topic(self, topic: str, field: str, value: Any) -> None:
+        """Set (or with ``value=None`` remove) one raw field of the topic's policies."""
+        self._write_topic(topic, {field: value})
+
+    def _write_topic(self, topic: str, fields: Mapping[str, Any]) -> None:
         policies = self.topic(topic)
-        if value is None:
-            policies.pop(key, None)
-        else:
-            policies[key] = value
+        for field, value in fields.items():
+            if value is None:
+                policies.pop(field, None)
+            else:
+                policies[field] = value
         if policies:
             self.metadata.put_json(TOPIC_POLICIES_PREFIX + topic, policies)
         else:
             self.metadata.delete(TOPIC_POLICIES_PREFIX + topic)
-        self.generation += 1
+        self._changed()
 
     def delete_topic(self, topic: str) -> None:
         """Forget a deleted topic's policies."""
         self.metadata.delete(TOPIC_POLICIES_PREFIX + topic)
-        self.generation += 1
-
-    # --- resolution ----------------------------------------------------------------------
-    def resolve(self, topic: str, namespace: str, key: str, broker_default: Any) -> Any:
-        """Topic policy, else namespace policy, else ``broker_default``."""
-        value = self.topic(topic).get(key)
-        if value is not None:
-            return value
-        ns = self.namespace(namespace) or {}
-        value = ns.get(key)
-        return broker_default if value is None else value
+        self._changed()

@@ -6,8 +6,11 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
+from keyshared.broker import limits
+from keyshared.broker.clusters import ClusterRegistry
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import (
@@ -15,7 +18,8 @@ from keyshared.broker.nonpersistent_topic import (
     NonPersistentTopic,
     NonPersistentTopics,
 )
-from keyshared.broker.policies import PolicyStore
+from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
+from keyshared.broker.policies import PolicyService
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import InvalidTopicName, TopicName
 from keyshared.config import BrokerConfig
@@ -25,7 +29,6 @@ log = logging.getLogger(__name__)
 
 PARTITIONS_PREFIX = "partitioned-topics/"
 TENANTS_PREFIX = "tenants/"
-NAMESPACES_PREFIX = "namespaces/"
 TOPICS_PREFIX = "topics/"
 
 
@@ -41,20 +44,30 @@ class BrokerService:
         self.topics: dict[str, PersistentTopic] = {}
         # Non-persistent topics live apart: nothing of them is stored or swept periodically.
         self.nonpersistent = NonPersistentTopics(self)
-        self.policies = PolicyStore(storage.metadata)
+        self.policies = PolicyService(storage.metadata, config)
+        self.policies.add_listener(self._policies_changed)
+        self.clusters = ClusterRegistry(storage.metadata, config)
+        # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
+        # each callable returns (name, value, help) triples.
+        self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
         self._ensure_defaults()
+
+    def _policies_changed(self) -> None:
+        # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
+        for topic in list(self.topics.values()):
+            topic.on_policies_changed()
 
     # --- tenants and namespaces ------------------------------------------------------------
     def _ensure_defaults(self) -> None:
         md = self.storage.metadata
         if md.get(TENANTS_PREFIX + "public") is None:
             md.put(TENANTS_PREFIX + "public", _json({"adminRoles": [], "allowedClusters": []}))
-        if md.get(NAMESPACES_PREFIX + "public/default") is None:
-            md.put(NAMESPACES_PREFIX + "public/default", _json({}))
+        if not self.policies.namespace_exists("public/default"):
+            self.policies.create_namespace("public/default")
 
     def namespace_exists(self, namespace: str) -> bool:
         """True if ``tenant/namespace`` exists."""
-        return self.storage.metadata.get(NAMESPACES_PREFIX + namespace) is not None
+        return self.policies.namespace_exists(namespace)
 
     # --- permissions (Pulsar's Policies.auth_policies.namespace_auth) -----------------------
     def tenant_admin_roles(self, tenant: str) -> list[str]:
@@ -63,36 +76,22 @@ class BrokerService:
         roles = info.get("adminRoles") if isinstance(info, dict) else None
         return [r for r in roles if isinstance(r, str)] if isinstance(roles, list) else []
 
+    def tenant_allowed_clusters(self, tenant: str) -> list[str]:
+        """The ``allowedClusters`` of ``tenant`` (empty when it does not exist)."""
+        info = self.storage.metadata.get_json(TENANTS_PREFIX + tenant)
+        found = info.get("allowedClusters") if isinstance(info, dict) else None
+        return [c for c in found if isinstance(c, str)] if isinstance(found, list) else []
+
     def namespace_permissions(self, namespace: str) -> dict[str, list[str]]:
         """``role -> actions`` granted on ``tenant/namespace`` (empty when none or no namespace)."""
-        policies = self.storage.metadata.get_json(NAMESPACES_PREFIX + namespace)
-        auth = policies.get("auth_policies") if isinstance(policies, dict) else None
-        granted = auth.get("namespace_auth") if isinstance(auth, dict) else None
-        if not isinstance(granted, dict):
-            return {}
-        return {
-            role: [a for a in actions if isinstance(a, str)]
-            for role, actions in granted.items()
-            if isinstance(actions, list)
-        }
+        return self.policies.namespace_permissions(namespace)
 
     def set_namespace_permission(
         self, namespace: str, role: str, actions: list[str] | None
     ) -> None:
         """Grant ``actions`` to ``role`` on ``namespace`` (replacing its grant); None revokes."""
-        key = NAMESPACES_PREFIX + namespace
-        policies = self.storage.metadata.get_json(key)
-        if not isinstance(policies, dict):
+        if not self.policies.set_namespace_permission(namespace, role, actions):
             raise BrokerError(ServerError.TopicNotFound, f"Namespace {namespace} does not exist")
-        auth = policies.setdefault("auth_policies", {})
-        granted = auth.setdefault("namespace_auth", {})
-        auth.setdefault("destination_auth", {})
-        auth.setdefault("subscription_auth_roles", {})
-        if actions is None:
-            granted.pop(role, None)
-        else:
-            granted[role] = sorted(set(actions))
-        self.storage.metadata.put_json(key, policies)
 
     # --- topics --------------------------------------------------------------------------
     @staticmethod
@@ -121,6 +120,7 @@ class BrokerService:
         if self.topic_exists(name):
             raise BrokerError(ServerError.NotAllowedError, f"Topic {name} exists (non-partitioned)")
         self._check_namespace(name)
+        self._check_topic_quota(name, partitions)
         self.storage.metadata.put(PARTITIONS_PREFIX + name.full, _json({"partitions": partitions}))
 
     def update_partitioned_topic(self, name: TopicName, partitions: int) -> None:
@@ -130,6 +130,7 @@ class BrokerService:
             raise BrokerError(ServerError.TopicNotFound, f"Partitioned topic {name} not found")
         if partitions <= current:
             raise BrokerError(ServerError.NotAllowedError, "Number of partitions can only grow")
+        self._check_topic_quota(name, partitions - current)
         self.storage.metadata.put(PARTITIONS_PREFIX + name.full, _json({"partitions": partitions}))
 
     def list_partitioned_topics(self, namespace: str) -> list[str]:
@@ -157,6 +158,20 @@ class BrokerService:
                 ServerError.TopicNotFound, f"Namespace {name.namespace_name} does not exist"
             )
 
+    def topic_count(self, namespace: str) -> int:
+        """Persistent topics of ``namespace`` as Pulsar counts them for
+        ``maxTopicsPerNamespace``: every partition of a partitioned topic counts."""
+        names = set(self.list_topics(namespace))
+        for base in self.list_partitioned_topics(namespace):
+            name = TopicName.parse(base)
+            names.update(name.partition(i).full for i in range(self.partitions_of(name)))
+        return len(names)
+
+    def _check_topic_quota(self, name: TopicName, adding: int) -> None:
+        limits.check_topics(
+            self.policies, name.namespace_name, self.topic_count(name.namespace_name), adding
+        )
+
     def get_topic(self, name: TopicName, *, create: bool) -> PersistentTopic:
         """The loaded topic ``name``; created on first use if allowed."""
         topic = self.topics.get(name.full)
@@ -178,6 +193,8 @@ class BrokerService:
             if not is_partition_of_existing and not (create and self.config.allowAutoTopicCreation):
                 raise BrokerError(ServerError.TopicNotFound, f"Topic {name} does not exist")
             self._check_namespace(name)
+            if not is_partition_of_existing:
+                self._check_topic_quota(name, 1)
             self.storage.metadata.put(TOPICS_PREFIX + name.full, _json({}))
         ledger = self.storage.open_managed_ledger(name.full)
         topic = PersistentTopic(name, ledger, self, self.scheduler)
@@ -197,6 +214,7 @@ class BrokerService:
         if self.topic_exists(name) or self.partitions_of(name) > 0:
             raise BrokerError(ServerError.NotAllowedError, f"Topic {name} already exists")
         self._check_namespace(name)
+        self._check_topic_quota(name, 1)
         self.storage.metadata.put(TOPICS_PREFIX + name.full, _json({}))
         return self.get_topic(name, create=True)
 

@@ -9,15 +9,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from keyshared.broker import limits
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dedup import Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.policies import POLICY_DEFAULTS
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sub_types import check_enabled, enabled_for_topic
+from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
     ProducerRegistry,
@@ -29,6 +29,7 @@ from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
 from keyshared.storage.cursor import CursorConfig, KeyValueCursorStore, ManagedCursor
 from keyshared.storage.entry import Entry
+from keyshared.storage.errors import StorageError, is_disk_full
 from keyshared.storage.ledger import ManagedLedger
 from keyshared.storage.position import EARLIEST, LATEST, Position
 
@@ -124,6 +125,7 @@ class PersistentTopic:
         self._held: list[tuple[Producer, int, int, bytes, PublishCallback]] | None = None
         self.ready: asyncio.Future[None] | None = None
         self._ledger_times: dict[int, int] = {}
+        self._trim_failing = False
         self._policy_cache: dict[str, Any] = {}
         self._policy_generation = -1
         if self.policy("deduplicationEnabled"):
@@ -164,6 +166,15 @@ class PersistentTopic:
         """Register ``producer``; names are unique per topic."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
+        limits.check_producers(self.service.policies, self.name, len(self.producers))
+        disk = self.service.storage.disk
+        if not disk.writable():
+            # Retryable for the clients: they try again with a growing back-off.
+            raise BrokerError(
+                ServerError.PersistenceError,
+                f"Topic {self.name}: the broker's data directory is full"
+                f" ({disk.usage * 100:.1f}% used): no new entries until space is freed",
+            )
         self.producers.add(producer)
         if self.dedup is not None:
             self.dedup.producer_added(producer.producer_name)
@@ -189,15 +200,12 @@ class PersistentTopic:
             self._policy_generation = store.generation
         cache = self._policy_cache
         if key not in cache:
-            default = getattr(self.config, POLICY_DEFAULTS[key])
-            cache[key] = store.resolve(self.name.full, self.name.namespace_name, key, default)
+            cache[key] = store.effective(self.name, key)
         return cache[key]
 
     def enabled_sub_types(self) -> frozenset[str]:
         """Subscription types this topic accepts (topic over namespace over broker)."""
-        return enabled_for_topic(
-            self.service.policies, self.name, self.config.subscriptionTypesEnabled
-        )
+        return self.service.policies.enabled_sub_types(self.name)
 
     def on_policies_changed(self) -> None:
         """A policy changed: apply it to this loaded topic, and let every dispatcher look
@@ -270,13 +278,35 @@ class PersistentTopic:
         meta = parse_entry_meta(data)
         dedup = self.dedup
         if dedup is None:
-            position, fut = self.ledger.add_entry(data)
+            try:
+                position, fut = self.ledger.add_entry(data)
+            except StorageError as exc:
+                self._refused(producer, exc, on_done)
+                return
             self._count_in(producer, meta, position, len(data))
-            fut.add_done_callback(lambda f: on_done(*_outcome(f, position)))
+
+            def stored(f: asyncio.Future[None]) -> None:
+                pos, exc = _outcome(f, position)
+                if exc is not None and is_disk_full(exc):
+                    self._close_producer_on_full_disk(producer)
+                on_done(pos, exc)
+
+            fut.add_done_callback(stored)
             return
-        stored = dedup.publish(producer.producer_name, data, self.ledger.add_entry, on_done)
-        if stored is not None:
-            self._count_in(producer, meta, stored, len(data))
+
+        def answered(pos: Position | None, exc: BaseException | None) -> None:
+            if exc is not None and is_disk_full(exc):
+                self._close_producer_on_full_disk(producer)
+            on_done(pos, exc)
+
+        try:
+            at = dedup.publish(producer.producer_name, data, self.ledger.add_entry, answered)
+        except StorageError as exc:
+            # The send was only classified: nothing to undo.
+            self._refused(producer, exc, on_done)
+            return
+        if at is not None:
+            self._count_in(producer, meta, at, len(data))
 
     def _count_in(self, producer: Producer, meta: EntryMeta, position: Position, size: int) -> None:
         self.meta_cache.put(position, meta)
@@ -284,6 +314,31 @@ class PersistentTopic:
         self.bytes_in_counter += size
         producer.msg_in_counter += meta.num_messages
         producer.bytes_in_counter += size
+
+    def _refused(self, producer: Producer, exc: StorageError, on_done: PublishCallback) -> None:
+        """The ledger refused the entry (a full disk, or a ledger that cannot be created and is
+        backing off): nothing was stored."""
+        if is_disk_full(exc):
+            self._close_producer_on_full_disk(producer)
+        on_done(None, exc)
+
+    def _close_producer_on_full_disk(self, producer: Producer) -> None:
+        """Close ``producer`` (not its connection) when its sends fail for lack of space.
+
+        The official clients close the whole connection, consumers included, on a SEND_ERROR
+        other than ChecksumError, then reconnect and resend at once: a retry storm on a full
+        disk. Closed, the producer reconnects with its client's growing back-off, its creation
+        is refused (PersistenceError) while the disk is full, and its pending sends are resent
+        once there is room, or fail with its send timeout. Sends already in flight for it get
+        no answer: its client resends them. Receipts of earlier sends were written before.
+        """
+        if producer.closed:
+            return
+        log.warning(
+            "%s: closing producer %s: the data directory is full", self.name, producer.producer_name
+        )
+        self.remove_producer(producer)
+        producer.transport.close_producer(producer)
 
     # --- consumers -----------------------------------------------------------------------
     def subscribe(
@@ -300,6 +355,7 @@ class PersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
+        limits.check_subscribe(self.service.policies, self.name, self.subscriptions, subscription)
         sub = self.subscriptions.get(subscription)
         if sub is None:
             sub = self._create_subscription(
@@ -376,8 +432,11 @@ class PersistentTopic:
         the publish time of its last entry.
         """
         ledger = self.ledger
-        ledgers = ledger.ledgers
-        if len(ledgers) < 2:
+        # Every ledger but the one taking appends; after a write failure on a full disk there
+        # is none, and the failed (closed) ledger can go too, which is what frees the space.
+        current = ledger.current_ledger_id
+        ledgers = [li for li in ledger.ledgers if li.ledger_id != current]
+        if not ledgers:
             return []
         durable = [s.cursor for s in self.subscriptions.values() if s.durable]
         if durable:
@@ -386,7 +445,7 @@ class PersistentTopic:
             bound = ledger.next_position(ledger.last_add_confirmed)
         consumed = [
             li
-            for li in ledgers[:-1]
+            for li in ledgers
             if li.ledger_id < bound.ledger_id
             or (li.ledger_id == bound.ledger_id and li.entries <= bound.entry_id)
         ]
@@ -414,7 +473,16 @@ class PersistentTopic:
         if self.dedup is not None and self._held is None:
             # The deduplication snapshot must cover what is about to disappear.
             self.dedup.snapshot()
-        return ledger.trim(Position(last_doomed.ledger_id, last_doomed.entries))
+        try:
+            trimmed = ledger.trim(Position(last_doomed.ledger_id, last_doomed.entries))
+        except StorageError as exc:
+            # The metadata store is full too: try again next round, logging once per streak.
+            if not self._trim_failing:
+                log.error("%s: cannot trim consumed ledgers: %s", self.name, exc)
+            self._trim_failing = True
+            return []
+        self._trim_failing = False
+        return trimmed
 
     async def _ledger_time(self, ledger_id: int, entries: int) -> int | None:
         """Publish time of a ledger's last entry (cached: closed ledgers do not change)."""
@@ -540,7 +608,9 @@ class PersistentTopic:
             "waitingCursorsCount": 0,
             "pendingAddEntriesCount": 0,
             "lastConfirmedEntry": str(ledger.last_add_confirmed),
-            "state": "LedgerOpened",
+            # Pulsar's ManagedLedgerImpl.State: ClosedLedger while no ledger takes appends
+            # (the disk is full, or a ledger could not be created).
+            "state": "LedgerOpened" if ledger.current_ledger_id >= 0 else "ClosedLedger",
             "ledgers": [
                 {
                     "ledgerId": li.ledger_id,

@@ -91,6 +91,9 @@ class ServerConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         # Producer ids the broker closed lately, each with the token of its latest close.
         self._recently_closed_producers: dict[int, object] = {}
+        # Sends in flight, for the publish buffer and pending-send limits (publish_buffer.py).
+        self._publishes = server.publish_throttle.attach(self)
+        self._reading = True
         self._handlers: dict[int, Callable[[pb.BaseCommand, Any], None]] = {
             T.CONNECT: self._on_connect,
             T.PING: self._on_ping,
@@ -162,6 +165,7 @@ class ServerConnection(asyncio.Protocol):
         """Release every producer and consumer of this connection."""
         self.closed = True
         self.server.connections.discard(self)
+        self._publishes.close()
         if self._ping_handle is not None:
             self._ping_handle.cancel()
         if self._auth_handle is not None:
@@ -178,6 +182,20 @@ class ServerConnection(asyncio.Protocol):
     def pause_writing(self) -> None:
         """The write buffer is full: dispatchers see no permits for our consumers."""
         self.writable = False
+
+    def set_reading(self, reading: bool) -> None:
+        """Pause or resume reading from the client (publish back-pressure)."""
+        if reading == self._reading or self.transport is None or self.closed:
+            return
+        self._reading = reading
+        if reading:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
+    def has_producers(self) -> bool:
+        """Whether a producer is open on this connection."""
+        return bool(self.producers)
 
     def resume_writing(self) -> None:
         """The write buffer drained: wake the dispatchers of our consumers."""
@@ -542,7 +560,14 @@ class ServerConnection(asyncio.Protocol):
         if payload is None:
             self._fail("SEND without payload")
             return
-        self.publisher.on_send(producer, s, payload, checksum_ok)
+        # Counted against the publish buffer and the connection's pending-send limit until
+        # its topic has stored it or failed it (server/publish_buffer.py).
+        size = len(payload)
+        publishes = self._publishes
+        publishes.started(size)
+        self.publisher.on_send(
+            producer, s, payload, checksum_ok, on_finished=lambda: publishes.finished(size)
+        )
 
     def send_receipt(
         self, producer: Producer, sequence_id: int, highest_sequence_id: int, position: Position
@@ -563,7 +588,10 @@ class ServerConnection(asyncio.Protocol):
     def send_error(
         self, producer: Producer, sequence_id: int, code: ServerError, message: str
     ) -> None:
-        """Report a failed send to its producer."""
+        """Report a failed send to its producer (not to one the broker closed: its client
+        resends what is pending once it has reconnected)."""
+        if producer.closed:
+            return
         self.send_command(
             T(
                 type=T.SEND_ERROR,

@@ -11,6 +11,7 @@ from keyshared import __version__
 from keyshared.broker.service import BrokerService
 from keyshared.config import BrokerConfig
 from keyshared.server.connection import ServerConnection
+from keyshared.server.publish_buffer import PublishThrottle
 
 
 class Authenticator(Protocol):
@@ -51,10 +52,51 @@ class BrokerServer:
         self.ssl_context = ssl_context
         self.version = __version__
         self.connections: set[ServerConnection] = set()
+        cfg = self.config
+        self.publish_throttle = PublishThrottle(
+            cfg.maxMessagePublishBufferSizeInMB * 1024 * 1024,
+            cfg.maxPendingPublishRequestsPerConnection,
+        )
+        service.broker_gauges.append(self._publish_gauges)
         self._servers: list[asyncio.AbstractServer] = []
         self._names = itertools.count()
         self.port = 0
         self.tls_port = 0
+
+    def _publish_gauges(self) -> list[tuple[str, float, str]]:
+        t = self.publish_throttle
+        return [
+            (
+                "pulsar_broker_publish_buffer_usage",
+                t.usage,
+                "Bytes of publishes received and not yet stored",
+            ),
+            (
+                "pulsar_broker_publish_buffer_max_usage",
+                t.max_usage,
+                "Most bytes of publishes pending at once since the broker started",
+            ),
+            (
+                "pulsar_broker_throttled_connections",
+                t.throttled_connections,
+                "Connections not read: maxPendingPublishRequestsPerConnection reached",
+            ),
+            (
+                "pulsar_broker_throttled_connections_global_limit",
+                t.throttled_connections_global_limit,
+                "Connections not read: maxMessagePublishBufferSizeInMB reached",
+            ),
+            (
+                "keyshared_publish_buffer_pauses_total",
+                t.global_pauses,
+                "Times reading from producers' connections was paused by the publish buffer",
+            ),
+            (
+                "keyshared_publish_connection_pauses_total",
+                t.connection_pauses,
+                "Times a connection was paused by maxPendingPublishRequestsPerConnection",
+            ),
+        ]
 
     def new_producer_name(self) -> str:
         """A broker-assigned producer name, unique for this broker's lifetime."""

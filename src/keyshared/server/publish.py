@@ -93,9 +93,16 @@ class Publisher:
         self._queues.pop(producer_id, None)
 
     def on_send(
-        self, producer: Producer, send: pb.CommandSend, payload: bytes, checksum_ok: bool
+        self,
+        producer: Producer,
+        send: pb.CommandSend,
+        payload: bytes,
+        checksum_ok: bool,
+        on_finished: Callable[[], None] | None = None,
     ) -> None:
-        """Handle one SEND of a known producer."""
+        """Handle one SEND of a known producer; ``on_finished`` runs once, when the topic has
+        stored or failed it (or it was refused before reaching the topic)."""
+        finished = on_finished if on_finished is not None else _nothing
         sequence_id = send.sequence_id
         # Echoed in the receipt as Pulsar does; the client matches on sequence_id alone. The
         # batch's real highest id is not sequence_id + num_messages - 1 for a key-based batch.
@@ -121,10 +128,12 @@ class Publisher:
             queue.resolve(slot, emit)
 
         if not checksum_ok:
+            finished()
             fail(ServerError.ChecksumError, "Checksum failed")
             return
 
         def done(position: Position | None, exc: BaseException | None) -> None:
+            finished()
             if position is not None:
                 slot.position = position
                 queue.resolve(slot, emit)
@@ -134,6 +143,12 @@ class Publisher:
         try:
             producer.topic.publish(producer, sequence_id, highest, payload, done)
         except ProtocolError as exc:
+            finished()
             fail(ServerError.ChecksumError, exc.message)
         except BrokerError as exc:
+            finished()
             fail(exc.code, exc.message)
+
+
+def _nothing() -> None:
+    pass

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from keyshared.storage.disk import DiskThresholds
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,3 +29,6 @@ class StorageConfig:
     # Ours: closed ledgers' files kept open for reads, least recently used closed first. Each
     # keeps a file descriptor and its offset array (8 bytes per entry: 400 KB for 50000).
     max_open_segments: int = 256
+    # BookKeeper's diskUsageThreshold, diskUsageWarnThreshold, diskUsageLwmThreshold and
+    # diskCheckInterval: when the data directory is too full to take new entries.
+    disk: DiskThresholds = field(default_factory=DiskThresholds)

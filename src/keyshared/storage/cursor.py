@@ -39,6 +39,7 @@ from sortedcontainers import SortedDict
 from keyshared.storage import batch_ack
 from keyshared.storage.cursor_codec import CursorSnapshot, decode_snapshot, encode_snapshot
 from keyshared.storage.entry import Entry
+from keyshared.storage.errors import StorageError
 from keyshared.storage.position import LATEST, Position
 from keyshared.storage.range_set import RangeSet
 
@@ -261,6 +262,7 @@ class ManagedCursor:
         self.last_persisted_batch_count = 0
         self.last_persisted_bytes = 0
         self.persist_count = 0
+        self.persist_failing = False
 
         data = self._store.load(name) if self._store is not None else None
         if data is not None:
@@ -831,7 +833,20 @@ class ManagedCursor:
         ]
         snapshot = CursorSnapshot(self._mdp, self._acked.to_bytes(limit), batch_items)
         data = encode_snapshot(snapshot)
-        store.save(self.name, data)
+        try:
+            store.save(self.name, data)
+        except StorageError as exc:
+            # A full disk (SQLITE_FULL) or a failing store: the state stays dirty and the owner's
+            # periodic flush tries again; what is lost to a crash meanwhile is redelivered.
+            # Logged once per failing streak, not at every ack.
+            if not self.persist_failing:
+                log.error("cursor %s: cannot persist its ack state: %s", self.name, exc)
+            self.persist_failing = True
+            self.last_persist_time = now
+            return False
+        if self.persist_failing:
+            self.persist_failing = False
+            log.warning("cursor %s: ack state persisted again", self.name)
         self._dirty = False
         self.last_persist_time = now
         self.last_persisted_mark_delete = self._mdp

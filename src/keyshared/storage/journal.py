@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TypeAlias, TypeVar
 
-from keyshared.storage.errors import StorageError
+from keyshared.storage.errors import DiskFullError, StorageError, is_disk_full
 from keyshared.storage.segment import HEADER, Segment, offsets_to_bytes
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,9 @@ class Journal:
         self.groups = 0
         self.appends = 0
         self.syncs = 0
+        # Called on the loop, before the owners hear of it, when a write fails for lack of
+        # space (the storage's DiskMonitor turns read-only so nobody retries at once).
+        self.on_full: Callable[[BaseException], None] | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -147,6 +150,11 @@ class Journal:
                 log.error("ledger %d: write failed: %s", seg.ledger_id, exc)
                 seg.failed = exc
                 failures[seg] = exc
+                if is_disk_full(exc):
+                    # Cut the records of this group that did fit: none will be confirmed, and
+                    # a restart that scans the file must not find them (their producers resend).
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(seg.fd, items[0][1])
         if self._sync:
             for seg in groups:
                 if seg in failures:
@@ -163,7 +171,7 @@ class Journal:
         self.groups += 1
         self.appends += len(batch)
         try:
-            self._loop.call_soon_threadsafe(_complete, groups, failures)
+            self._loop.call_soon_threadsafe(_complete, groups, failures, self.on_full)
         except RuntimeError:
             log.error("journal: event loop closed, %d appends left unconfirmed", len(batch))
 
@@ -221,8 +229,16 @@ def _sync_directory(seg: Segment) -> None:
     seg.needs_dir_sync = False
 
 
-def _complete(groups: _Groups, failures: dict[Segment, BaseException]) -> None:
+def _complete(
+    groups: _Groups,
+    failures: dict[Segment, BaseException],
+    on_full: Callable[[BaseException], None] | None = None,
+) -> None:
     """On the loop: advance each segment, notify its owner once, then resolve the futures."""
+    if on_full is not None:
+        full = next((exc for exc in failures.values() if is_disk_full(exc)), None)
+        if full is not None:
+            _guarded(lambda exc, _: on_full(exc), full, 0)
     for seg, items in groups.items():
         n = len(items)
         exc = failures.get(seg)
@@ -235,7 +251,8 @@ def _complete(groups: _Groups, failures: dict[Segment, BaseException]) -> None:
                 if not fut.done():
                     fut.set_result(None)
         else:
-            err = StorageError(f"append to ledger {seg.ledger_id} failed: {exc}")
+            cls = DiskFullError if is_disk_full(exc) else StorageError
+            err = cls(f"append to ledger {seg.ledger_id} failed: {exc}")
             if seg.on_failed is not None:
                 _guarded(seg.on_failed, err, n)
             for item in items:

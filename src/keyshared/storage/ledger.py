@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -35,8 +36,9 @@ from crc32c import crc32c
 
 from keyshared.storage.cache import Bucket, EntryCache
 from keyshared.storage.config import StorageConfig
+from keyshared.storage.disk import DiskMonitor
 from keyshared.storage.entry import Entry
-from keyshared.storage.errors import StorageError
+from keyshared.storage.errors import DiskFullError, StorageError, is_disk_full
 from keyshared.storage.journal import Journal
 from keyshared.storage.metadata import MetadataStore
 from keyshared.storage.position import Position
@@ -45,6 +47,10 @@ from keyshared.storage.segment import Segment, SegmentPool, data_path, index_pat
 log = logging.getLogger(__name__)
 
 METADATA_PREFIX = "managed-ledgers/"
+# After a ledger could not be created, appends fail at once for this long instead of each
+# trying (and burning a ledger id) again: Pulsar's WaitTimeAfterLedgerCreationFailureMs is 10 s;
+# a full disk has its own gate (DiskMonitor), so this only paces other failures.
+LEDGER_CREATION_BACKOFF_SECONDS = 1.0
 
 
 class LedgerInfo(NamedTuple):
@@ -66,6 +72,8 @@ class LedgerContext:
     cache: EntryCache
     segments: SegmentPool
     read_executor: Executor
+    # Whether the data directory takes new entries (BookKeeper's disk thresholds).
+    disk: DiskMonitor
     # Returns a fresh ledger id and the metadata item that persists the counter past it.
     allocate_ledger_id: Callable[[], tuple[int, tuple[str, bytes]]]
     # Called when close() starts, then when it has finished.
@@ -127,6 +135,7 @@ class ManagedLedger:
         self._total_size = sum(led.size for led in ledgers)
         self._lac = Position(-1, -1)
         self._last_position = Position(-1, -1)
+        self._creation_failed_at = float("-inf")
 
     # --- opening ---------------------------------------------------------------------------
 
@@ -156,7 +165,13 @@ class ManagedLedger:
                     continue
                 ledgers.append(_Ledger(ledger_id, entries, size, _State.CLOSED))
             ml = cls(name, ctx, ledgers)
-            ml._start_ledger(())
+            # On a full disk the topic still opens, for its consumers: the first append once
+            # there is room starts the ledger.
+            if ctx.disk.writable():
+                try:
+                    ml._start_ledger(())
+                except DiskFullError as exc:
+                    log.warning("%s: opened without a writable ledger: %s", name, exc)
         except BaseException as exc:
             for seg in recovered:
                 seg.close()
@@ -176,6 +191,8 @@ class ManagedLedger:
 
     def _start_ledger(self, extra: tuple[tuple[str, bytes], ...]) -> _Ledger:
         """Allocate a ledger, record it in metadata, then create its file."""
+        if time.monotonic() - self._creation_failed_at < LEDGER_CREATION_BACKOFF_SECONDS:
+            raise StorageError(f"{self._name}: waiting for new ledger creation to complete")
         ledger_id, counter_item = self._ctx.allocate_ledger_id()
         led = _Ledger(ledger_id, 0, 0, _State.OPEN)
         self._ledgers.append(led)
@@ -186,7 +203,13 @@ class ManagedLedger:
         except (OSError, StorageError) as exc:
             self._ledgers.pop()
             self._ids.pop()
-            raise StorageError(f"{self._name}: cannot create ledger {ledger_id}: {exc}") from exc
+            self._creation_failed_at = time.monotonic()
+            cls = StorageError
+            if is_disk_full(exc):
+                cls = DiskFullError
+                if not isinstance(exc, DiskFullError):  # the metadata store reported it already
+                    self._ctx.disk.note_full(exc)
+            raise cls(f"{self._name}: cannot create ledger {ledger_id}: {exc}") from exc
         seg.on_durable = lambda durable, n: self._on_durable(led, durable, n)
         seg.on_failed = lambda err, n: self._on_failed(led, err, n)
         led.segment = seg
@@ -279,8 +302,13 @@ class ManagedLedger:
             raise StorageError(f"{self._name}: managed ledger is closed")
         if not data:
             raise ValueError("entries must not be empty")
+        disk = self._ctx.disk
+        if not disk.writable(len(data)):
+            disk.refuse()
+            self._seal_current()
+            raise DiskFullError(f"{self._name}: no space left in the data directory")
         led = self._current
-        if led is None or led.entries >= self._max_entries:
+        if led is None or led.entries >= self._max_entries or led.state is not _State.OPEN:
             led = self._rollover()
         seg = led.segment
         assert seg is not None
@@ -297,6 +325,17 @@ class ManagedLedger:
         self._last_position = pos
         self._cache.insert(led.cache, led.ledger_id, entry_id, data, crc)
         return pos, fut
+
+    def _seal_current(self) -> None:
+        """Close the current ledger (once its appends are durable) without starting another:
+        on a full disk, so that retention can delete it once it is consumed."""
+        led = self._current
+        if led is None or led.state is not _State.OPEN or led.entries == 0:
+            return
+        led.state = _State.SEALED
+        if led.durable == led.entries:
+            self._close_ledger(led)
+            self._persist_quietly()
 
     def _rollover(self) -> _Ledger:
         old = self._current
@@ -351,8 +390,11 @@ class ManagedLedger:
                 log.exception("%s: entries listener failed", self._name)
 
     def _on_failed(self, led: _Ledger, err: StorageError, n: int) -> None:
-        self._pending -= n
         if led.state in (_State.OPEN, _State.SEALED):
+            # This group and every later append to the ledger fail (its segment is marked
+            # failed), and once it is closed they report to nobody: count them all now, or
+            # close() would wait for them for ever.
+            self._pending -= led.entries - led.durable
             self._fail_ledger(led)
         if self._closed and self._pending == 0:
             self._finish_close()
@@ -365,11 +407,12 @@ class ManagedLedger:
         self._cache.drop(led.cache, led.ledger_id, led.durable)
         was_current = led is self._current
         self._close_ledger(led)
-        if was_current and not self._closed:
+        # On a full disk the next append starts the new ledger, once there is room again.
+        if was_current and not self._closed and self._ctx.disk.writable():
             try:
                 self._start_ledger(())
-            except StorageError:
-                log.exception("%s: cannot start a new ledger", self._name)
+            except StorageError as exc:
+                log.error("%s: cannot start a new ledger: %s", self._name, exc)
                 self._persist_quietly()
         else:
             self._persist_quietly()
@@ -377,9 +420,9 @@ class ManagedLedger:
     def _persist_quietly(self) -> None:
         try:
             self._persist()
-        except StorageError:
+        except StorageError as exc:
             # The next successful persist records the same state.
-            log.exception("%s: cannot persist ledger list", self._name)
+            log.error("%s: cannot persist ledger list: %s", self._name, exc)
 
     # --- listeners -------------------------------------------------------------------------
 

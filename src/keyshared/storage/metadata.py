@@ -23,18 +23,20 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from keyshared.storage.errors import StorageError
+from keyshared.storage.errors import DiskFullError, StorageError
 
 # Every key sorts below this: U+10FFFF is the largest code point, so `prefix + _TOP` bounds
 # a prefix range scan.
 _TOP = "\U0010ffff"
+# sqlite3.SQLITE_FULL: the database or disk is full.
+_SQLITE_FULL = 13
 
 
 class MetadataStore:
@@ -53,6 +55,8 @@ class MetadataStore:
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open metadata store {path}: {exc}") from exc
         self._closed = False
+        # Called with the error when a write fails for lack of space (the storage's DiskMonitor).
+        self.on_full: Callable[[StorageError], None] | None = None
 
     @contextmanager
     def _locked(self) -> Iterator[sqlite3.Connection]:
@@ -62,6 +66,11 @@ class MetadataStore:
             try:
                 yield self._conn
             except sqlite3.Error as exc:
+                if getattr(exc, "sqlite_errorcode", None) == _SQLITE_FULL:
+                    err: StorageError = DiskFullError(f"metadata store: {exc}")
+                    if self.on_full is not None:
+                        self.on_full(err)
+                    raise err from exc
                 raise StorageError(f"metadata store: {exc}") from exc
 
     def get(self, key: str) -> bytes | None:
@@ -115,7 +124,11 @@ class MetadataStore:
                     conn.executemany("DELETE FROM kv WHERE key = ?", doomed)
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLITE_FULL (and a few other errors) roll the transaction back themselves: a
+                # second ROLLBACK would fail with "no transaction is active" and hide the cause.
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
 
     def delete_prefix(self, prefix: str) -> int:

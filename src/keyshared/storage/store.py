@@ -25,6 +25,7 @@ from pathlib import Path
 
 from keyshared.storage.cache import EntryCache
 from keyshared.storage.config import StorageConfig
+from keyshared.storage.disk import DiskMonitor
 from keyshared.storage.errors import StorageError
 from keyshared.storage.journal import Journal
 from keyshared.storage.ledger import (
@@ -61,6 +62,8 @@ class Storage:
         # Closed but still waiting for their last appends.
         self._closing_mls: dict[str, ManagedLedger] = {}
         self._closing = False
+        self._disk: DiskMonitor | None = None
+        self._disk_timer: asyncio.TimerHandle | None = None
 
     # --- life cycle ------------------------------------------------------------------------
 
@@ -84,6 +87,12 @@ class Storage:
             raw = self._metadata.get(NEXT_LEDGER_ID_KEY)
             self._next_ledger_id = int(raw) if raw else FIRST_LEDGER_ID
             self._journal = Journal(loop, sync_data=self._config.journal_sync_data)
+            self._disk = DiskMonitor(self._dir, self._config.disk)
+            self._disk.check()
+            if not self._disk.read_only:
+                self._disk.ensure_ballast()
+            self._metadata.on_full = self._disk.note_full
+            self._journal.on_full = self._disk.note_full
             self._journal.start()
         except BaseException:
             if self._metadata is not None:
@@ -102,10 +111,12 @@ class Storage:
             cache=EntryCache(self._config.cache_size_bytes),
             segments=SegmentPool(self._config.max_open_segments),
             read_executor=self._executor,
+            disk=self._disk,
             allocate_ledger_id=self._allocate_ledger_id,
             on_closing=self._on_ml_closing,
             on_closed=self._on_ml_closed,
         )
+        self._schedule_disk_check(loop)
         return self
 
     async def close(self) -> None:
@@ -115,6 +126,9 @@ class Storage:
         if ctx is None or self._closing:
             return
         self._closing = True
+        if self._disk_timer is not None:
+            self._disk_timer.cancel()
+            self._disk_timer = None
         try:
             for ml in list(self._mls.values()):
                 ml.close()
@@ -162,6 +176,11 @@ class Storage:
     def cache(self) -> EntryCache:
         """The entry cache shared by all managed ledgers."""
         return self._context().cache
+
+    @property
+    def disk(self) -> DiskMonitor:
+        """The data directory's usage and whether it takes new entries."""
+        return self._context().disk
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -216,6 +235,16 @@ class Storage:
         if self._ctx is None:
             raise StorageError("storage is not open")
         return self._ctx
+
+    def _schedule_disk_check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._disk_timer = loop.call_later(self._config.disk.check_interval, self._disk_check, loop)
+
+    def _disk_check(self, loop: asyncio.AbstractEventLoop) -> None:
+        ctx = self._ctx
+        if ctx is None or self._closing:
+            return
+        ctx.disk.check()
+        self._schedule_disk_check(loop)
 
     def _allocate_ledger_id(self) -> tuple[int, tuple[str, bytes]]:
         ledger_id = self._next_ledger_id

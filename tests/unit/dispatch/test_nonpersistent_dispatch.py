@@ -24,12 +24,14 @@ from keyshared.broker.dispatch.nonpersistent import (
 from keyshared.broker.entry_meta import EntryMeta, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import MESSAGE_ID, NonPersistentTopic, NonPersistentTopics
+from keyshared.broker.policies import PolicyService
 from keyshared.broker.topic import Producer
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
 from keyshared.protocol import pb, sticky_key_hash
 from keyshared.protocol.metadata import encode_payload_section
 from keyshared.storage.entry import Entry
+from keyshared.storage.metadata import MetadataStore
 from keyshared.storage.position import Position
 
 
@@ -280,11 +282,12 @@ def entry_bytes(key: str, batch: int = 0) -> bytes:
 
 
 def new_topic() -> NonPersistentTopic:
+    config = BrokerConfig()
     service: Any = SimpleNamespace(
-        config=BrokerConfig(),
+        config=config,
         partitions_of=lambda _name: 0,
         namespace_exists=lambda _ns: True,
-        policies=SimpleNamespace(namespace=lambda _ns: None, topic=lambda _t: {}),
+        policies=PolicyService(MetadataStore(":memory:"), config),
     )
     registry = NonPersistentTopics(service)
     return registry.get(TopicName.parse("non-persistent://public/default/t"), create=True)
