@@ -17,7 +17,7 @@ reconnect; a send error makes it reconnect (as the C++ client does for anything 
 error).
 
 A step is one of: run the next loop callback, complete the oldest write, fail every write in
-flight, a producer adds a message or flushes, a connection drops, a producer reconnects, the
+flight, refuse the next appends outright, a producer adds a message or flushes, a connection drops, a producer reconnects, the
 broker takes a snapshot, the broker crashes and restarts (a random prefix of the writes in
 flight survives; a new ledger is opened; state is recovered from the last snapshot and the log),
 the virtual clock advances, the broker's check for idle producer names runs (some seeds expire
@@ -58,7 +58,7 @@ from tests.sim.loop import SimLoop
 TOPIC = "persistent://public/default/sim-producers"
 REPLAY_HINT = "SIM_SEED={seed} .venv/bin/python -m pytest tests/sim/test_sim_producers.py -q"
 FORGOTTEN = Position(-1, -1)
-SETTLE_LIMIT = 20_000
+SETTLE_LIMIT = 5_000
 
 
 class InjectedWriteError(OSError):
@@ -114,9 +114,14 @@ class SimLog:
         self.ledger = InMemoryLedger()
         self.next_pos = Position(1, 0)
         self.writes: deque[tuple[Position, bytes, asyncio.Future[None]]] = deque()
+        # Appends to refuse outright (a full disk, a ledger that cannot be created).
+        self.refuse = 0
 
     def append(self, data: bytes) -> tuple[Position, asyncio.Future[None]]:
         """Start a write (ManagedLedger.add_entry's contract)."""
+        if self.refuse:
+            self.refuse -= 1
+            raise InjectedWriteError("injected: append refused")
         pos = self.next_pos
         self.next_pos = Position(pos.ledger_id, pos.entry_id + 1)
         fut: asyncio.Future[None] = self.loop.create_future()
@@ -172,7 +177,10 @@ class SimTopic:
         if self.held is not None:
             self.held.append((producer, data, on_done))
             return
-        self.dedup.publish(producer.producer_name, data, self.log.append, on_done)
+        try:
+            self.dedup.publish(producer.producer_name, data, self.log.append, on_done)
+        except InjectedWriteError as exc:  # PersistentTopic._refused
+            on_done(None, exc)
 
     def add_producer(self, name: str) -> None:
         """PersistentTopic.add_producer's part in deduplication."""
@@ -365,6 +373,7 @@ class Params:
                 "snapshot": rng.choice((0.5, 2.0)),
                 "restart": rng.choice((0.3, 1.0, 2.0)),
                 "tick": rng.choice((0.0, 3.0)),
+                "refuse": rng.choice((0.0, 0.0, 1.0)),
                 "purge": rng.choice((0.0, 1.0, 2.0)),
             },
         )
@@ -552,6 +561,9 @@ class ProducerSim:
                 self.topic.dedup.snapshot()
         elif kind == "restart":
             self.crash()
+        elif kind == "refuse":
+            self.log.refuse += rng.randint(1, 3)
+            self.note(f"the next {self.log.refuse} appends are refused")
         elif kind == "tick":
             self.now += rng.uniform(0.1, 3.0)
         elif kind == "purge" and self.topic is not None and self.topic.held is None:
@@ -581,7 +593,7 @@ class ProducerSim:
                 self.step("write_done")
             elif self.loop.has_timer():
                 self.loop.fire_next_timer()
-            else:
+            elif all(c.conn is not None for c in self.clients.values()):
                 break
             self.check_step()
         else:

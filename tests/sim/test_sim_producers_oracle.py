@@ -50,16 +50,18 @@ def test_pulsars_highest_sequence_id_rule_loses_key_based_batches(
     assert "replay: SIM_SEED=" in str(failure)
 
 
+def at_once(self: ReceiptQueue, slot: Answer, emit: Callable[[Answer], None]) -> None:
+    """A receipt queue that lets each answer out as soon as it is known."""
+    slot.ready = True
+    self._slots.remove(slot)
+    emit(slot)
+
+
 def test_answering_duplicates_at_once_breaks_receipt_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A receipt queue that lets each answer out as soon as it is known: a duplicate's receipt
     # overtakes the receipt of an earlier send still being written.
-    def at_once(self: ReceiptQueue, slot: Answer, emit: Callable[[Answer], None]) -> None:
-        slot.ready = True
-        self._slots.remove(slot)
-        emit(slot)
-
     monkeypatch.setattr(ReceiptQueue, "resolve", at_once)
     first_failure("receipt order")
 
@@ -85,8 +87,8 @@ def test_forgetting_a_failed_write_late_is_caught(monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_failing_seed_replays_to_the_same_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(DedupState, "failed", lambda self, name, send, token: None)
-    failure = first_failure("did not come to rest")
+    monkeypatch.setattr(ReceiptQueue, "resolve", at_once)
+    failure = first_failure("receipt order")
     with pytest.raises(ProducerSimFailure) as again:
         run_producer_seed(failure.seed, trace=False)
     assert (again.value.step, again.value.message) == (failure.step, failure.message)
@@ -127,7 +129,7 @@ def test_forgetting_a_connected_producers_name_is_caught(monkeypatch: pytest.Mon
 
 def test_forgetting_a_name_with_writes_in_flight_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(DedupState, "_writing", lambda self, name: False)
-    first_failure("stored twice")
+    first_failure("stored twice", budget=200)
 
 
 def test_the_cpp_clients_counter_reset_loses_messages(monkeypatch: pytest.MonkeyPatch) -> None:
