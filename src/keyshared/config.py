@@ -113,6 +113,11 @@ class BrokerConfig:
     defaultNumPartitions: int = 1
     maxMessageSize: int = 5 * 1024 * 1024
     brokerDeduplicationEnabled: bool = False
+    # Names kept per topic for deduplication (Pulsar bounds its snapshot with it; here the state).
+    brokerDeduplicationMaxNumberOfProducers: int = 10000
+    # A producer name with no producer connected this long is forgotten. Pulsar's is whole
+    # minutes; fractions are accepted here (tests use seconds).
+    brokerDeduplicationProducerInactivityTimeoutMinutes: float = 360.0
     defaultRetentionTimeInMinutes: int = 0
     defaultRetentionSizeInMB: int = 0
     ttlDurationDefaultInSeconds: int = 0
@@ -208,6 +213,8 @@ class BrokerConfig:
                 self.unknown_keys.append(key)
             return False
         value = _parse(key, raw, getattr(self, key))
+        if key in _POSITIVE and not (isinstance(value, int | float) and value > 0):
+            raise ConfigError(f"{key}: must be greater than 0, got {raw.strip()!r}")
         if key == "subscriptionTypesEnabled":
             from keyshared.broker.sub_types import parse_types
 
@@ -242,6 +249,15 @@ class BrokerConfig:
 
 
 _BOOKKEEPING = frozenset({"unknown_keys", "ignored_keys", "explicit_keys"})
+
+
+# Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).
+_POSITIVE = frozenset(
+    (
+        "brokerDeduplicationMaxNumberOfProducers",
+        "brokerDeduplicationProducerInactivityTimeoutMinutes",
+    )
+)
 
 
 def _parse(key: str, raw: str, current: object) -> object:
