@@ -73,7 +73,8 @@ class Standalone:
 
         cfg = self.config
         data_dir = Path(cfg.dataDir)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # Storage.open creates it, syncing each new directory's parent (a power cut must not
+        # take a fresh data directory's name, and with it every confirmed message, away).
         self.storage = Storage(
             data_dir,
             StorageConfig(

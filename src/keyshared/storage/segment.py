@@ -6,9 +6,11 @@ ids in a ledger are dense (0..n-1), so an in-memory ``array('Q')`` of record off
 entry without a scan.
 
 The sidecar ``<ledger_id>.idx`` (8-byte magic, then one little-endian u64 record offset per entry)
-is appended by the journal after each write and never synced: it may lag the data or be torn. On
-open it is trusted up to its last offset once the record there is verified, and only the rest of
-the file is scanned. A torn or corrupt tail (short record, bad CRC, zero length) is cut off.
+is appended by the journal after each write and never synced: it may lag the data or be torn. A
+ledger closed cleanly (its entry count recorded once its data was synced) trusts the index up to
+its last offset once the record there is verified, and scans only the rest; a ledger that was
+not closed cleanly has every record verified, since a power cut can leave a good record after a
+torn one. A torn or corrupt tail (short record, bad CRC, zero length) is cut off.
 
 Zero-length entries are not allowed: a header of zeros is what a crash can leave in a file's
 tail, so a zero length always marks the end of the log.
@@ -172,7 +174,15 @@ class Segment:
     ) -> Segment:
         size = os.fstat(fd).st_size
         ipath = index_path(directory, ledger_id)
-        offsets, trusted_end = _load_index(ipath, fd, size, expected)
+        if expected is None:
+            # Not closed cleanly: a power cut may have let any subset of the unsynced pages
+            # reach the disk (an index ahead of its data, a good last record after a torn one),
+            # so no record is taken on trust: every one is verified and the log ends at the
+            # first bad one. Nothing after it was confirmed, since a sync covers the whole file.
+            offsets: array[int] = array("Q")
+            trusted_end = 0
+        else:
+            offsets, trusted_end = _load_index(ipath, fd, size, expected)
         indexed = len(offsets)
         end = _scan(fd, trusted_end, size, offsets, expected)
         if end < size:

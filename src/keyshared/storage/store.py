@@ -27,6 +27,7 @@ from keyshared.storage.cache import EntryCache
 from keyshared.storage.config import StorageConfig
 from keyshared.storage.disk import DiskMonitor
 from keyshared.storage.errors import StorageError
+from keyshared.storage.fsutil import fsync_directory, make_durable_dirs
 from keyshared.storage.journal import Journal
 from keyshared.storage.ledger import (
     METADATA_PREFIX,
@@ -77,13 +78,15 @@ class Storage:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 raise StorageError("Storage.open() needs a running loop or loop=") from None
-        self._ledger_dir.mkdir(parents=True, exist_ok=True)
+        sync = self._config.journal_sync_data
+        make_durable_dirs(self._ledger_dir, sync=sync)
         self._lock_fd = _lock_directory(self._dir)
         try:
             _raise_open_files_limit()
-            self._metadata = MetadataStore(
-                self._dir / "metadata.sqlite", durable=self._config.journal_sync_data
-            )
+            self._metadata = MetadataStore(self._dir / "metadata.sqlite", durable=sync)
+            if sync:
+                # The names of the metadata database (SQLite syncs its WAL's own entry) and LOCK.
+                fsync_directory(self._dir)
             raw = self._metadata.get(NEXT_LEDGER_ID_KEY)
             self._next_ledger_id = int(raw) if raw else FIRST_LEDGER_ID
             self._journal = Journal(loop, sync_data=self._config.journal_sync_data)

@@ -11,6 +11,7 @@ import pytest
 from crc32c import crc32c
 
 from keyshared.storage.errors import StorageError
+from keyshared.storage.fsutil import fsync_directory, make_durable_dirs
 from keyshared.storage.position import Position
 from keyshared.storage.segment import (
     HEADER,
@@ -152,7 +153,8 @@ def test_lagging_index_is_trusted_then_the_rest_scanned(tmp_path: Path) -> None:
     # Keep 10 index entries and half of the 11th: the index is behind and torn.
     path = index_path(tmp_path, LEDGER)
     os.truncate(path, len(INDEX_MAGIC) + 8 * 10 + 4)
-    seg = reopen(tmp_path)
+    # A closed ledger (its count is known) trusts what of its index verifies.
+    seg = reopen(tmp_path, expected=30)
     assert seg.count == 30
     assert index_entries(tmp_path) == list(seg.offsets)
     assert [e.data for e in seg.read(0, 30)] == datas
@@ -304,3 +306,31 @@ def test_pool_closes_least_recently_used(tmp_path: Path) -> None:
     assert segs[0].fd == -1
     assert segs[2].fd == -1
     assert len(pool) == 0
+
+
+def test_unclosed_ledger_verifies_every_record_not_only_the_indexed_last(tmp_path: Path) -> None:
+    """A power cut that let the index and the last record's page reach the disk but not a page
+    in the middle: the ledger ends before the torn record, whatever the index says."""
+    datas = write_segment(tmp_path, 30)
+    seg = reopen(tmp_path, expected=30)
+    torn_at = seg.offsets[12] + HEADER_SIZE + 2
+    seg.close()
+    fd = os.open(data_path(tmp_path, LEDGER), os.O_RDWR)
+    try:
+        os.pwrite(fd, b"\x00" * 4, torn_at)  # a page that never reached the disk
+    finally:
+        os.close(fd)
+    seg = reopen(tmp_path)  # not closed cleanly: no entry count
+    assert seg.count == 12
+    assert [e.data for e in seg.read(0, 12)] == datas[:12]
+    assert index_entries(tmp_path) == list(seg.offsets)
+    assert file_size(tmp_path) == seg.offsets[11] + HEADER_SIZE + len(datas[11])
+    seg.close()
+
+
+def test_make_durable_dirs_creates_every_missing_level(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "c"
+    make_durable_dirs(target)
+    assert target.is_dir()
+    make_durable_dirs(target)  # existing: nothing to do
+    fsync_directory(target)
