@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# How long a reader's cursor waits for the reader to re-subscribe after a seek closed it.
+RESET_CURSOR_KEEP_SECONDS = 60.0
+
 PublishCallback = Callable[[Position | None, BaseException | None], None]
 
 
@@ -129,6 +132,8 @@ class PersistentTopic:
         self._trim_failing = False
         self._policy_cache: dict[str, Any] = {}
         self._policy_generation = -1
+        # Reader cursors a seek / reset-cursor left without consumers, by subscription name.
+        self._reset_cursors: dict[str, ManagedCursor] = {}
         if self.policy("deduplicationEnabled"):
             self._enable_dedup()
         self._restore_subscriptions()
@@ -401,10 +406,41 @@ class PersistentTopic:
             cursor = self._open_cursor(name, True, initial)
             self.service.storage.metadata.put(self._sub_key(name), b"{}")
         else:
-            if start is None:
-                start = EARLIEST if earliest else LATEST
-            cursor = self._open_cursor(name, False, start)
+            parked = self._reset_cursors.pop(name, None)
+            if parked is not None and not parked.closed:
+                # The reader re-subscribing after a seek: its cursor is where the seek put it,
+                # whatever start its SUBSCRIBE names (none after a seek by time).
+                cursor = parked
+            else:
+                if start is None:
+                    start = EARLIEST if earliest else LATEST
+                cursor = self._open_cursor(name, False, start)
         return self._add_subscription(name, cursor, durable=durable)
+
+    def park_reset_cursor(self, sub: Subscription) -> None:
+        """A seek closed the last consumer of reader subscription ``sub``: drop the
+        subscription but keep its cursor for the reader's re-subscribe (Pulsar's
+        ``removeConsumer(consumer, isResetCursor)``). A cursor no reader takes back within
+        ``RESET_CURSOR_KEEP_SECONDS`` is closed."""
+        name = sub.name
+        if self.subscriptions.get(name) is not sub:
+            return
+        del self.subscriptions[name]
+        sub.closed = True
+        if sub.dispatcher is not None:
+            sub.dispatcher.close()
+        cursor = sub.cursor
+        old = self._reset_cursors.get(name)
+        if old is not None and old is not cursor:
+            old.close()
+        self._reset_cursors[name] = cursor
+
+        def expire() -> None:
+            if self._reset_cursors.get(name) is cursor:
+                del self._reset_cursors[name]
+                cursor.close()
+
+        self.scheduler.call_later(RESET_CURSOR_KEEP_SECONDS, expire)
 
     def remove_subscription(self, name: str) -> None:
         """Drop a subscription that lost its last consumer (readers) or was unsubscribed."""
@@ -659,6 +695,9 @@ class PersistentTopic:
             if sub.dispatcher is not None:
                 sub.dispatcher.close()
             sub.cursor.close()
+        for cursor in self._reset_cursors.values():
+            cursor.close()
+        self._reset_cursors.clear()
         if self.dedup is not None and self._held is None:
             self.dedup.snapshot()
         await self.compactor.close()
