@@ -20,7 +20,7 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
-from keyshared.broker.topic import PersistentTopic
+from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName
 from keyshared.config import BrokerConfig
 from keyshared.storage.store import Storage
@@ -237,6 +237,7 @@ class BrokerService:
         self.policies.delete_topic(name.full)
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)
+        self.storage.metadata.delete(topic_epoch_key(name))
 
     async def delete_partitioned_topic(self, name: TopicName, *, force: bool = False) -> None:
         """Delete every partition and the partitioned topic's metadata."""

@@ -16,6 +16,7 @@ from keyshared.broker.dedup import DUPLICATE, NEW, Decision, Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.producer_access import AccessMode, Admission, ProducerAccess, WaitCallback
 from keyshared.broker.rates import RateMeter
 from keyshared.broker.sequence_ids import SendIds, send_ids
 from keyshared.broker.sub_types import check_enabled
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
     from keyshared.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
+
+
+def topic_epoch_key(name: TopicName) -> str:
+    """Where a persistent topic's epoch is stored."""
+    return f"topic-epoch/{name.full}"
 
 
 # How long a reader's cursor waits for the reader to re-subscribe after a seek closed it.
@@ -89,6 +95,12 @@ class Producer:
     transport: ProducerTransport
     user_provided_name: bool = False
     epoch: int = 0
+    access_mode: AccessMode = AccessMode.Shared
+    # The topic epoch the client presented (it reconnects with the one it was given), then
+    # the one it was given in PRODUCER_SUCCESS.
+    topic_epoch: int | None = None
+    # False while queued for exclusive access (WaitForExclusive).
+    ready: bool = True
     metadata: dict[str, str] = field(default_factory=dict)
     connected_since: float = field(default_factory=time.time)
     msg_in_counter: int = 0
@@ -112,7 +124,9 @@ class PersistentTopic:
         self.service = service
         self.config: BrokerConfig = service.config
         self.scheduler = scheduler
-        self.producers = ProducerRegistry()
+        self.producers = ProducerRegistry(
+            ProducerAccess(self._load_topic_epoch(), self._save_topic_epoch)
+        )
         self.subscriptions: dict[str, Subscription] = {}
         self.meta_cache = EntryMetaCache()
         self.msg_in_counter = 0
@@ -168,8 +182,19 @@ class PersistentTopic:
         return sub
 
     # --- producers -----------------------------------------------------------------------
-    def add_producer(self, producer: Producer) -> None:
-        """Register ``producer``; names are unique per topic."""
+    def _load_topic_epoch(self) -> int | None:
+        raw = self.service.storage.metadata.get(topic_epoch_key(self.name))
+        return int(raw) if raw is not None else None
+
+    def _save_topic_epoch(self, epoch: int) -> None:
+        # Kept across restarts, as Pulsar keeps it in the managed ledger's properties.
+        self.service.storage.metadata.put(topic_epoch_key(self.name), str(epoch).encode())
+
+    def add_producer(
+        self, producer: Producer, on_wait_done: WaitCallback | None = None
+    ) -> Admission:
+        """Register ``producer`` (names are unique per topic) under its access mode; a
+        WaitForExclusive one may be queued (see ``ProducerRegistry.add``)."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         limits.check_producers(self.service.policies, self.name, len(self.producers))
@@ -181,7 +206,7 @@ class PersistentTopic:
                 f"Topic {self.name}: the broker's data directory is full"
                 f" ({disk.usage * 100:.1f}% used): no new entries until space is freed",
             )
-        self.producers.add(producer)
+        return self.producers.add(producer, on_wait_done)
 
     def remove_producer(self, producer: Producer) -> None:
         """Forget ``producer``."""
@@ -637,7 +662,8 @@ class PersistentTopic:
             "backlogSize": backlog_size,
             "earliestMsgPublishTimeInBacklogs": 0,
             "offloadedStorageSize": 0,
-            "waitingPublishers": 0,
+            "waitingPublishers": self.producers.access.waiting_count,
+            "topicEpoch": self.producers.access.topic_epoch,
             "publishers": publishers,
             "subscriptions": subs,
             "replication": {},
