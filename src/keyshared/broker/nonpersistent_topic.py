@@ -358,6 +358,7 @@ class NonPersistentTopics:
         if topic is not None:
             return topic
         service = self.service
+        service.check_partition_name(name)
         if service.partitions_of(name) > 0:
             raise BrokerError(
                 ServerError.NotAllowedError, f"{name} is a partitioned topic: use its partitions"

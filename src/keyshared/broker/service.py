@@ -111,6 +111,19 @@ class BrokerService:
             return 0
         return int(json.loads(raw)["partitions"])
 
+    def check_partition_name(self, name: TopicName) -> None:
+        """Refuse ``...-partition-N`` of a partitioned topic with N partitions or fewer: it
+        would be auto-created as a stray topic (Pulsar's BrokerService.getTopic)."""
+        index = name.partition_index
+        if index < 0:
+            return
+        partitions = self.partitions_of(name.partitioned_base)
+        if partitions > 0 and index >= partitions:
+            raise BrokerError(
+                ServerError.NotAllowedError,
+                f"Illegal topic partition name {name} with max allowed {partitions} partitions",
+            )
+
     def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         """Create a partitioned topic with ``partitions`` partitions."""
         if partitions <= 0:
@@ -181,6 +194,7 @@ class BrokerService:
             raise BrokerError(ServerError.NotAllowedError, "Only persistent topics are supported")
         exists = self.storage.metadata.get(TOPICS_PREFIX + name.full) is not None
         if not exists:
+            self.check_partition_name(name)
             if self.partitions_of(name) > 0:
                 raise BrokerError(
                     ServerError.NotAllowedError,
@@ -211,6 +225,7 @@ class BrokerService:
 
     def create_topic(self, name: TopicName) -> PersistentTopic:
         """Create a non-partitioned topic explicitly (admin)."""
+        self.check_partition_name(name)
         if self.topic_exists(name) or self.partitions_of(name) > 0:
             raise BrokerError(ServerError.NotAllowedError, f"Topic {name} already exists")
         self._check_namespace(name)

@@ -85,10 +85,13 @@ class Subscription:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, "Subscription is being closed")
         if self.dispatcher is not None and self.dispatcher.consumers:
-            if consumer.sub_type is not self.sub_type:
+            held = self.sub_type
+            if consumer.sub_type is not held:
+                # Not ``if held``: Exclusive is 0 and read as false.
+                held_name = held.name if held is not None else "None"
                 raise BrokerError(
                     ServerError.ConsumerBusy,
-                    f"Subscription {self.name} is of type {self.sub_type.name if self.sub_type else '?'}"
+                    f"Subscription {self.name} is of type {held_name}"
                     f", cannot attach a {consumer.sub_type.name} consumer",
                 )
         elif self.dispatcher is None or not self._dispatcher_fits(consumer):

@@ -421,6 +421,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             name = self.service.parse_topic(r.topic)
             self._authorize(name.full, "lookup")
+            self.service.check_partition_name(name)
             resp.response = pb.CommandLookupTopicResponse.Connect
             resp.authoritative = True
             resp.brokerServiceUrl = self.server.service_url(self.transport, tls=False)
