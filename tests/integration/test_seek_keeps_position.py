@@ -16,7 +16,10 @@ import pulsar
 import pytest
 import requests
 
+from keyshared.protocol import commands, pb
+from keyshared.protocol.encode import encode_command
 from tests.broker_process import BrokerProcess
+from tests.raw_client import RawClient
 
 RECEIVE_MS = 5000
 
@@ -146,3 +149,30 @@ def test_rest_reset_cursor_with_a_reader_attached(
         time.sleep(0.05)
     assert _read(reader, 5) == [5, 6, 7, 8, 9]
     assert _nothing_more(reader)
+
+
+def test_reader_rollback_duration_starts_that_far_back(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(2):
+        producer.send(f"old-{i}".encode())
+    # Old enough to fall outside the rollback; the new ones have 3 s to be subscribed to.
+    time.sleep(4.0)
+    new_ids = [producer.send(f"new-{i}".encode()) for i in range(2)]
+    with RawClient.to(broker.service_url) as raw:
+        raw.handshake()
+        cmd = pb.BaseCommand(type=pb.BaseCommand.SUBSCRIBE)
+        sub = cmd.subscribe
+        sub.topic, sub.subscription, sub.consumer_id = topic, "rolled-back", 1
+        sub.subType = pb.CommandSubscribe.Exclusive
+        sub.request_id = raw.request_id()
+        sub.durable = False
+        sub.start_message_rollback_duration_sec = 3
+        raw.send(encode_command(cmd))
+        raw.expect(pb.BaseCommand.SUCCESS)
+        raw.send(commands.flow(consumer_id=1, permits=10))
+        got = [raw.expect(pb.BaseCommand.MESSAGE).message.message_id for _ in range(2)]
+        assert [(m.ledgerId, m.entryId) for m in got] == [
+            (m.ledger_id(), m.entry_id()) for m in new_ids
+        ]

@@ -251,8 +251,10 @@ class NonPersistentTopic:
         durable: bool,
         initial_position_earliest: bool,
         start_message_id: Position | None,
+        rollback_to: Position | None = None,
     ) -> Consumer:
-        """Create or join ``subscription``: consumers always start at the next message."""
+        """Create or join ``subscription``: consumers always start at the next message (nothing
+        is stored: ``start_message_id`` and ``rollback_to`` have nothing to name)."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())

@@ -406,8 +406,13 @@ class PersistentTopic:
         durable: bool,
         initial_position_earliest: bool,
         start_message_id: Position | None,
+        rollback_to: Position | None = None,
     ) -> Consumer:
-        """Create or join ``subscription`` and attach a new consumer built by the factory."""
+        """Create or join ``subscription`` and attach a new consumer built by the factory.
+
+        ``rollback_to``: where a new reader subscription starts instead, for a SUBSCRIBE with
+        ``start_message_rollback_duration_sec`` (Pulsar resets the new cursor there before
+        attaching the consumer)."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
@@ -417,6 +422,8 @@ class PersistentTopic:
             sub = self._create_subscription(
                 subscription, durable, initial_position_earliest, start_message_id
             )
+            if rollback_to is not None and not durable:
+                sub.cursor.reset_cursor(rollback_to)
         return attach_consumer(self, sub, consumer_factory(sub))
 
     def _create_subscription(

@@ -669,6 +669,29 @@ class ServerConnection(asyncio.Protocol):
     # --- consumers ---------------------------------------------------------------------------
     def _on_subscribe(self, cmd: pb.BaseCommand, _: Any) -> None:
         r = cmd.subscribe
+        if not r.durable and r.start_message_rollback_duration_sec > 0:
+            self._spawn(self._subscribe_rolled_back(r))
+            return
+        self._subscribe(r, None)
+
+    async def _subscribe_rolled_back(self, r: pb.CommandSubscribe) -> None:
+        """A reader starting ``start_message_rollback_duration_sec`` back: find where first."""
+        try:
+            name = self.service.parse_topic(r.topic)
+            self._authorize(name.full, "consume")
+            topic = self.service.get_any_topic(name, create=r.force_topic_creation)
+            since_ms = int(time.time() * 1000) - r.start_message_rollback_duration_sec * 1000
+            rollback_to = (
+                None
+                if isinstance(topic, NonPersistentTopic)
+                else await topic.find_position_by_time(since_ms)
+            )
+        except BrokerError as exc:
+            self._error(r.request_id, exc.code, exc.message)
+            return
+        self._subscribe(r, rollback_to)
+
+    def _subscribe(self, r: pb.CommandSubscribe, rollback_to: Position | None) -> None:
         request_id = r.request_id
         if r.consumer_id in self.consumers:
             # The client re-sent SUBSCRIBE (e.g. after a timeout): it already exists.
@@ -733,6 +756,7 @@ class ServerConnection(asyncio.Protocol):
                 durable=durable,
                 initial_position_earliest=r.initialPosition == pb.CommandSubscribe.Earliest,
                 start_message_id=start,
+                rollback_to=rollback_to,
             )
         except BrokerError as exc:
             self._error(request_id, exc.code, exc.message)
