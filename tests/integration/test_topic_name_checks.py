@@ -81,3 +81,15 @@ def test_held_exclusive_subscription_is_named_in_the_error(
         assert (
             err.message == "Subscription held is of type Exclusive, cannot attach a Shared consumer"
         )
+
+
+def test_non_persistent_partition_past_the_count_is_refused(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    np_topic = topic.replace("persistent://", "non-persistent://")
+    path = np_topic.replace("non-persistent://", "non-persistent/")
+    r = requests.put(f"{broker.web_url}/admin/v2/{path}/partitions", json=2, timeout=10)
+    assert r.status_code == 204, r.text
+    with pytest.raises(pulsar.NotAllowedError):
+        client.create_producer(f"{np_topic}-partition-2")
+    client.create_producer(f"{np_topic}-partition-1").close()

@@ -38,7 +38,7 @@ from keyshared.broker.topic_common import (
     producer_stats,
     unsubscribe,
 )
-from keyshared.broker.topic_name import TopicName
+from keyshared.broker.topic_name import TopicName, check_partition_index
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -360,7 +360,8 @@ class NonPersistentTopics:
         if topic is not None:
             return topic
         service = self.service
-        service.check_partition_name(name)
+        if name.partition_index >= 0:
+            check_partition_index(name, service.partitions_of(name.partitioned_base))
         if service.partitions_of(name) > 0:
             raise BrokerError(
                 ServerError.NotAllowedError, f"{name} is a partitioned topic: use its partitions"

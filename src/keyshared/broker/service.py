@@ -21,7 +21,7 @@ from keyshared.broker.nonpersistent_topic import (
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
-from keyshared.broker.topic_name import InvalidTopicName, TopicName
+from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
 from keyshared.config import BrokerConfig
 from keyshared.storage.store import Storage
 
@@ -112,17 +112,9 @@ class BrokerService:
         return int(json.loads(raw)["partitions"])
 
     def check_partition_name(self, name: TopicName) -> None:
-        """Refuse ``...-partition-N`` of a partitioned topic with N partitions or fewer: it
-        would be auto-created as a stray topic (Pulsar's BrokerService.getTopic)."""
-        index = name.partition_index
-        if index < 0:
-            return
-        partitions = self.partitions_of(name.partitioned_base)
-        if partitions > 0 and index >= partitions:
-            raise BrokerError(
-                ServerError.NotAllowedError,
-                f"Illegal topic partition name {name} with max allowed {partitions} partitions",
-            )
+        """Refuse a partition index at or past its partitioned topic's partition count."""
+        if name.partition_index >= 0:
+            check_partition_index(name, self.partitions_of(name.partitioned_base))
 
     def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         """Create a partitioned topic with ``partitions`` partitions."""
