@@ -8,6 +8,10 @@
 * ``WaitForExclusive``: queued while other producers are there (the client gets
   PRODUCER_SUCCESS with ``producer_ready=false``) and admitted when the topic is free.
 
+Beyond Pulsar (which promotes a waiting producer only when an exclusive one leaves): a
+WaitForExclusive producer queued behind Shared producers takes the topic when the last of them
+leaves, rather than waiting forever.
+
 Every exclusive admission moves the topic epoch on (or sets it to the epoch the producer
 presents when it reconnects); a producer presenting an epoch older than the topic's is fenced:
 another exclusive producer held the topic in between.
