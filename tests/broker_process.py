@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-_READY = re.compile(r"broker service: pulsar://([\d.]+):(\d+)")
-_WEB = re.compile(r"web service:\s+http://([\d.]+):(\d+)")
+_READY = re.compile(r"broker service: pulsar://([^:/\s]+):(\d+)")
+_WEB = re.compile(r"web service:\s+http://([^:/\s]+):(\d+)")
 
 
 class BrokerProcess:

@@ -38,6 +38,7 @@ NO_OP_KEYS: dict[str, str] = {
     "functionsWorkerEnabled": "Pulsar Functions are not part of keyshared",
     "webSocketServiceEnabled": "the WebSocket proxy is not part of keyshared",
     "brokerShutdownTimeoutMs": "shutdown closes topics without a timeout",
+    "tlsEnabled": "deprecated in Pulsar: TLS is on where brokerServicePortTls/webServicePortTls are set",
     # Parsed (BrokerConfig has them) but not honoured yet.
     "allowAutoTopicCreationType": "auto-created topics are always non-partitioned",
     "defaultNumPartitions": "auto-created topics are always non-partitioned",
@@ -112,6 +113,11 @@ class BrokerConfig:
     defaultNumPartitions: int = 1
     maxMessageSize: int = 5 * 1024 * 1024
     brokerDeduplicationEnabled: bool = False
+    # Names kept per topic for deduplication (Pulsar bounds its snapshot with it; here the state).
+    brokerDeduplicationMaxNumberOfProducers: int = 10000
+    # A producer name with no producer connected this long is forgotten. Pulsar's is whole
+    # minutes; fractions are accepted here (tests use seconds).
+    brokerDeduplicationProducerInactivityTimeoutMinutes: float = 360.0
     defaultRetentionTimeInMinutes: int = 0
     defaultRetentionSizeInMB: int = 0
     ttlDurationDefaultInSeconds: int = 0
@@ -169,6 +175,17 @@ class BrokerConfig:
     tlsKeyFilePath: str = ""
     tlsTrustCertsFilePath: str = ""
     tlsRequireTrustedClientCertOnConnect: bool = False
+    # Pulsar's: accept client certificates that do not chain to tlsTrustCertsFilePath. Python's
+    # TLS stack cannot take an untrusted certificate and still show it, so true is refused.
+    tlsAllowInsecureConnection: bool = False
+    # Comma-separated, Pulsar's names (TLSv1.2, TLSv1.3); empty: TLS 1.2 and newer.
+    tlsProtocols: str = ""
+    # Comma-separated TLS 1.2 cipher suites in OpenSSL's names; empty: OpenSSL's defaults.
+    tlsCiphers: str = ""
+    # The role of a client that presents no credentials (or a method no provider serves).
+    anonymousUserRole: str = ""
+    # htpasswd lines for AuthenticationProviderBasic: a path, file:/data: URL or base64.
+    basicAuthConf: str = ""
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
     exposeConsumerLevelMetricsInPrometheus: bool = False
@@ -177,6 +194,8 @@ class BrokerConfig:
     unknown_keys: list[str] = field(default_factory=list)
     # Keys set by the user that are accepted as no-ops (see NO_OP_KEYS), in the order set.
     ignored_keys: list[str] = field(default_factory=list)
+    # Keys the user set (file, environment or flags), whatever their value.
+    explicit_keys: set[str] = field(default_factory=set)
 
     @property
     def max_frame_size(self) -> int:
@@ -194,6 +213,8 @@ class BrokerConfig:
                 self.unknown_keys.append(key)
             return False
         value = _parse(key, raw, getattr(self, key))
+        if key in _POSITIVE and not (isinstance(value, int | float) and value > 0):
+            raise ConfigError(f"{key}: must be greater than 0, got {raw.strip()!r}")
         if key == "subscriptionTypesEnabled":
             from keyshared.broker.sub_types import parse_types
 
@@ -202,6 +223,7 @@ class BrokerConfig:
             except ValueError as exc:
                 raise ConfigError(f"{key}: {exc}") from None
         setattr(self, key, value)
+        self.explicit_keys.add(key)
         return True
 
     def update(self, values: Mapping[str, str]) -> None:
@@ -226,7 +248,16 @@ class BrokerConfig:
         return out
 
 
-_BOOKKEEPING = frozenset({"unknown_keys", "ignored_keys"})
+_BOOKKEEPING = frozenset({"unknown_keys", "ignored_keys", "explicit_keys"})
+
+
+# Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).
+_POSITIVE = frozenset(
+    (
+        "brokerDeduplicationMaxNumberOfProducers",
+        "brokerDeduplicationProducerInactivityTimeoutMinutes",
+    )
+)
 
 
 def _parse(key: str, raw: str, current: object) -> object:

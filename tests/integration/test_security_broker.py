@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import hashlib
 import hmac
 import http.client
-import ipaddress
 import json
 import os
 import socket
@@ -35,15 +33,14 @@ from typing import Any
 import jwt
 import pulsar
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from keyshared.admin.http_auth import UNAUTHENTICATED_REASON, UNAUTHORIZED_REASON
 from keyshared.broker.errors import ServerError
 from keyshared.protocol import Frame, commands, pb
 from tests.broker_process import BrokerProcess, quiet_logger, running_broker
+from tests.certs import Certs, make_certs
 from tests.raw_client import RawClient
 
 pytestmark = pytest.mark.integration
@@ -80,80 +77,6 @@ def expired(role: str) -> str:
 
 
 # --- certificates -------------------------------------------------------------------------------
-
-
-@dataclass
-class Certs:
-    """PEM files: a CA, a server certificate for 127.0.0.1 it signed, and the server's key."""
-
-    ca: Path
-    cert: Path
-    key: Path
-
-
-def make_certs(directory: Path, name: str = "keyshared test") -> Certs:
-    """A fresh CA and a server certificate for 127.0.0.1/localhost, valid for a day."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    certs = Certs(directory / "ca.pem", directory / "server.pem", directory / "server.key")
-    certs.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    certs.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    certs.key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return certs
 
 
 def free_port() -> int:

@@ -387,9 +387,17 @@ B64 = "data:;base64," + base64.b64encode(SECRET).decode()
                 "authenticationEnabled": "true",
                 "tokenSecretKey": B64,
                 "authenticationProviders": "org.apache.pulsar.broker.authentication."
-                "AuthenticationProviderTls",
+                "AuthenticationProviderSasl",
             },
             "unsupported authenticationProviders",
+        ),
+        (
+            {
+                "authenticationEnabled": "true",
+                "authenticationProviders": "org.apache.pulsar.broker.authentication."
+                "AuthenticationProviderTls",
+            },
+            "AuthenticationProviderTls needs a TLS port",
         ),
         (
             {"authenticationEnabled": "true", "tokenSecretKey": "data:;base64,c2hvcnQ="},

@@ -16,6 +16,7 @@ from keyshared.admin.rest import Resolver, install_rest_errors
 from keyshared.admin.routes_clusters import cluster_routes
 from keyshared.admin.routes_compaction import compaction_routes
 from keyshared.admin.routes_limits import limit_routes
+from keyshared.admin.routes_lookup import lookup_routes
 from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
 from keyshared.admin.routes_sub_types import sub_types_routes
@@ -87,6 +88,7 @@ def create_app(service: BrokerService) -> FastAPI:
     app.include_router(sub_types_routes(service))
     app.include_router(limit_routes(service))
     app.include_router(nonpersistent_routes(service))
+    app.include_router(lookup_routes(service))
 
     @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/hashBlockers")
     async def hash_blockers(

@@ -72,10 +72,13 @@ def required_access(method: str, path: str) -> Access:
     if path in _PUBLIC_PATHS or path.startswith(_PUBLIC_PREFIXES):
         return Access(PUBLIC)
     parts = [p for p in path.split("/") if p]
+    read = method in ("GET", "HEAD")
+    if parts[:3] == ["lookup", "v2", "topic"] and len(parts) >= 6 and read:
+        # HTTP lookup: the same permission as the binary protocol's LOOKUP.
+        return Access(NAMESPACE, parts[4], f"{parts[4]}/{parts[5]}", "lookup")
     if parts[:2] != ["admin", "v2"]:
         return Access(SUPER_USER)
     parts = parts[2:]
-    read = method in ("GET", "HEAD")
     if len(parts) >= 2 and parts[0] == "tenants":
         return Access(TENANT_ADMIN, parts[1]) if read and len(parts) == 2 else Access(SUPER_USER)
     if parts and parts[0] == "namespaces":

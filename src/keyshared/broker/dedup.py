@@ -29,9 +29,19 @@ chunks are stored again if resent. A batch some of whose messages were stored an
 (a client that re-batched resent messages) is stored whole: its new messages must not be lost.
 An encrypted batch's body cannot be read: only the ids its metadata names (the first, and the
 highest if sent) are tracked, so a resend of that batch is a duplicate but a lone resend of one
-of its other messages would be stored. Producer names are not expired (Pulsar forgets a name
-after ``brokerDeduplicationProducerInactivityTimeoutMinutes``): the state grows by one entry
-per producer name that ever wrote to the topic.
+of its other messages would be stored.
+
+Producer names expire as in Pulsar: a name with no producer connected for
+``brokerDeduplicationProducerInactivityTimeoutMinutes`` (default 360) is forgotten, checked every
+third of that time (Pulsar's schedule) and followed by a snapshot so that a restart does not bring
+it back; names loaded by recovery count as idle from then on. A producer that comes back under a
+forgotten name starts afresh (``last_sequence_id`` -1) and its resends are stored again.
+``brokerDeduplicationMaxNumberOfProducers`` (default 10000) bounds the names kept per topic:
+Pulsar applies it to the snapshot only (the names past it, in hash-map order, are lost on
+restart); here it bounds the state itself, at each check and when a producer leaves, by
+forgetting the names idle longest first, and never the name of a connected producer. The ranges
+per producer (:data:`MAX_RANGES`) stay a constant: Pulsar keeps one number per producer and so
+has no setting this could borrow the name of.
 
 A duplicate is answered with the original's message id while the original is among the last
 :data:`RECENT_LIMIT` entries recorded for the topic; older ones get ``-1:-1`` as in Pulsar.
@@ -47,13 +57,15 @@ is rebuilt from synced data alone: an older snapshot just means a longer replay.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from keyshared.broker.sequence_ids import SendIds, SequenceRanges, ids_of
+from keyshared.broker.sequence_ids import SendIds, SequenceRanges, ids_of, send_ids
 from keyshared.protocol import split_payload
 from keyshared.storage.position import Position
 
@@ -75,6 +87,11 @@ _SCAN_BATCH = 500
 _SNAPSHOT_VERSION = 2
 
 T = TypeVar("T", bound=Hashable)
+
+PublishDone = Callable[[Position | None, BaseException | None], None]
+"""Called once a send is answered: its position, or the error that failed it."""
+Append = Callable[[bytes], tuple[Position, "asyncio.Future[None]"]]
+"""Hands an entry to storage: where it goes and a future that ends when it is durable."""
 
 __all__ = [
     "DUPLICATE",
@@ -142,6 +159,10 @@ class DedupState(Generic[T]):
         self._recent: OrderedDict[tuple[str, int, int], Position] = OrderedDict()
         self.duplicates_dropped = 0
         self.duplicates_maybe_stored = 0
+        # Names with a producer connected, and since when each other known name has had none
+        # (oldest first).
+        self.connected: set[str] = set()
+        self.idle: OrderedDict[str, float] = OrderedDict()
 
     # --- queries ---------------------------------------------------------------------------
     def last_sequence_id(self, producer_name: str) -> int:
@@ -327,6 +348,57 @@ class DedupState(Generic[T]):
                 st.floor,
             )
 
+    # --- producer names coming and going ---------------------------------------------------
+    def producer_added(self, producer_name: str) -> None:
+        """A producer with this name connected: the name is not idle."""
+        self.connected.add(producer_name)
+        self.idle.pop(producer_name, None)
+
+    def producer_removed(self, producer_name: str, now: float) -> None:
+        """The name's producer left at ``now`` (seconds, any monotonic clock)."""
+        self.connected.discard(producer_name)
+        self.idle.pop(producer_name, None)
+        self.idle[producer_name] = now
+
+    def mark_idle(self, now: float) -> None:
+        """Every known name without a connected producer is idle from ``now`` (after recovery:
+        Pulsar counts a name's inactivity from when the topic loaded)."""
+        for name in self.producers:
+            if name not in self.connected and name not in self.idle:
+                self.idle[name] = now
+
+    def purge_inactive(
+        self, now: float, timeout: float, max_producers: int | None = None
+    ) -> list[str]:
+        """Forget the names idle for more than ``timeout`` seconds, then, while more than
+        ``max_producers`` names are known, the idle ones idle longest. Returns those forgotten."""
+        gone: list[str] = []
+        idle = self.idle
+        for name, since in list(idle.items()):
+            if now - since <= timeout:
+                break
+            if self._writing(name):
+                continue
+            del idle[name]
+            self.producers.pop(name, None)
+            gone.append(name)
+        if max_producers is not None and len(self.producers) > max_producers:
+            for name in list(idle):
+                if len(self.producers) <= max_producers:
+                    break
+                if self._writing(name):
+                    continue
+                del idle[name]
+                self.producers.pop(name, None)
+                gone.append(name)
+        return gone
+
+    def _writing(self, producer_name: str) -> bool:
+        # A name whose writes are still in flight is kept until they end: forgetting them
+        # would let a resend in the meantime be stored twice.
+        st = self.producers.get(producer_name)
+        return st is not None and bool(st.in_flight or st.chunks_in_flight)
+
     # --- persistence -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """The persisted part of the state (in-flight writes are not)."""
@@ -373,16 +445,24 @@ class Deduplication:
         ledger: ManagedLedger,
         metadata: MetadataStore,
         max_ranges: int = MAX_RANGES,
+        *,
+        inactivity_timeout: float = 360 * 60.0,
+        max_producers: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.key = f"dedup/{topic_name}"
         self.ledger = ledger
         self.metadata = metadata
         self.state: DedupState[Any] = DedupState(max_ranges)
+        self.inactivity_timeout = inactivity_timeout
+        self.max_producers = max_producers
+        self.clock = clock
         self._since_snapshot = 0
-        # Every entry up to here is recorded (or was a failed write): what a snapshot covers.
+        # Every entry up to here is recorded: what a snapshot covers.
         self._covered: Position | None = None
-        # Writes handed to storage, in position order, and whether each has ended.
-        self._outstanding: OrderedDict[Position, bool] = OrderedDict()
+        # Writes handed to storage, in position order: None while in flight, then whether it
+        # was stored (True) or failed (False).
+        self._outstanding: OrderedDict[Position, bool | None] = OrderedDict()
 
     # --- recovery --------------------------------------------------------------------------
     async def recover(self) -> None:
@@ -423,6 +503,88 @@ class Deduplication:
             start = self.ledger.next_position(entries[-1].position)
         if replayed:
             log.info("%s: replayed %d entries for deduplication", self.key, replayed)
+        self.state.mark_idle(self.clock())
+
+    # --- producer names ----------------------------------------------------------------------
+    def producer_added(self, producer_name: str) -> None:
+        """A producer with this name connected to the topic."""
+        self.state.producer_added(producer_name)
+
+    def producer_removed(self, producer_name: str) -> None:
+        """The producer with this name left the topic."""
+        self.state.producer_removed(producer_name, self.clock())
+        if len(self.state.producers) > self.max_producers:
+            self.purge_inactive()
+
+    def purge_inactive(self) -> list[str]:
+        """Forget the names idle past ``brokerDeduplicationProducerInactivityTimeoutMinutes``
+        (and the idle ones past ``brokerDeduplicationMaxNumberOfProducers``); a snapshot follows
+        so that a restart does not bring them back."""
+        gone = self.state.purge_inactive(self.clock(), self.inactivity_timeout, self.max_producers)
+        if gone:
+            log.info(
+                "%s: purging deduplication information of %d inactive producers (%s)",
+                self.key,
+                len(gone),
+                ", ".join(gone[:10]) + (", ..." if len(gone) > 10 else ""),
+            )
+            self.snapshot()
+        return gone
+
+    # --- the publish path ------------------------------------------------------------------
+    def publish(
+        self, producer_name: str, data: bytes, append: Append, on_done: PublishDone
+    ) -> Position | None:
+        """Store the entry ``data`` with ``append`` unless it is a duplicate; ``on_done`` gets
+        its position once durable, the original's for a duplicate (``-1:-1`` once forgotten),
+        or the error. Returns the position it was handed to storage at (None: not stored).
+        """
+        send = send_ids(data)
+        decision = self.check(producer_name, send)
+        if decision.kind != NEW:
+            self._answer_duplicate(producer_name, send, decision, on_done)
+            return None
+        position, fut = append(data)
+        self.pushed_send(producer_name, send, position, fut)
+
+        def done(f: asyncio.Future[None]) -> None:
+            exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+            if exc is None:
+                self.persisted_send(producer_name, send, position, f)
+                on_done(position, None)
+            else:
+                self.failed_send(producer_name, send, position, f)
+                on_done(None, exc)
+
+        fut.add_done_callback(done)
+        return position
+
+    def _answer_duplicate(
+        self, name: str, send: SendIds, decision: Decision[Any], on_done: PublishDone
+    ) -> None:
+        """Confirm a resent message with the original's id, never storing it again; one whose
+        original is still being written waits for that write."""
+        if decision.kind == DUPLICATE:
+            on_done(decision.position or Position(-1, -1), None)
+            return
+        waits: list[asyncio.Future[None]] = list(decision.waits)
+        answered = False
+
+        def done(_: asyncio.Future[None]) -> None:
+            nonlocal answered
+            if answered or not all(w.done() for w in waits):
+                return
+            answered = True
+            for w in waits:
+                exc = w.exception() if not w.cancelled() else asyncio.CancelledError()
+                if exc is not None:
+                    # The original was not stored: the producer resends, and that is new.
+                    on_done(None, exc)
+                    return
+            on_done(self.state.original(name, send) or Position(-1, -1), None)
+
+        for w in waits:
+            w.add_done_callback(done)
 
     # --- the check -------------------------------------------------------------------------
     def last_sequence_id(self, producer_name: str) -> int:
@@ -438,14 +600,14 @@ class Deduplication:
     ) -> None:
         """A new send was handed to storage at ``position``."""
         self.state.pushed(producer_name, send, token)
-        self._outstanding[position] = False
+        self._outstanding[position] = None
 
     def persisted_send(
         self, producer_name: str, send: SendIds, position: Position, token: Any
     ) -> None:
         """A send became durable."""
         self.state.persisted(producer_name, send, position, token)
-        self._ended(position)
+        self._ended(position, True)
         self._since_snapshot += 1
         if self._since_snapshot >= SNAPSHOT_INTERVAL:
             self.snapshot()
@@ -455,20 +617,22 @@ class Deduplication:
     ) -> None:
         """A send failed: the producer will resend it, which must not count as a duplicate."""
         self.state.failed(producer_name, send, token)
-        self._ended(position)
+        self._ended(position, False)
 
-    def _ended(self, position: Position) -> None:
+    def _ended(self, position: Position, stored: bool) -> None:
         out = self._outstanding
         if position in out:
-            out[position] = True
+            out[position] = stored
         # Cover only a prefix of ended writes: a snapshot must not claim an entry whose
-        # completion has not been recorded yet.
+        # completion has not been recorded yet. Nor a failed write's position: it is not in
+        # the log, and one past the log's end would make recovery distrust the snapshot.
         while out:
-            first, done = next(iter(out.items()))
-            if not done:
+            first, ended = next(iter(out.items()))
+            if ended is None:
                 break
             del out[first]
-            self._covered = first
+            if ended:
+                self._covered = first
 
     def snapshot(self) -> None:
         """Write the persisted state and the last entry it covers."""

@@ -266,15 +266,23 @@ class BrokerService:
         # second bounds how long an ack can stay only in memory once acks stop coming.
         expiry_every = max(self.config.messageExpiryCheckIntervalInMinutes * 60.0, 0.1)
         next_expiry = time.monotonic() + expiry_every
+        # Pulsar checks for idle producer names every third of the time that expires them.
+        dedup_every = self.config.brokerDeduplicationProducerInactivityTimeoutMinutes * 20.0
+        next_dedup = time.monotonic() + dedup_every
         while True:
             await asyncio.sleep(1.0)
             check_expiry = time.monotonic() >= next_expiry
             if check_expiry:
                 next_expiry = time.monotonic() + expiry_every
+            check_dedup = time.monotonic() >= next_dedup
+            if check_dedup:
+                next_dedup = time.monotonic() + dedup_every
             for topic in list(self.topics.values()):
                 try:
                     topic.flush_cursors()
                     topic.compactor.check_threshold()
+                    if check_dedup:
+                        topic.purge_inactive_producers()
                     if check_expiry:
                         await topic.expire_messages()
                     await topic.trim_consumed_ledgers()

@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from keyshared.broker import limits
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
-from keyshared.broker.dedup import DUPLICATE, NEW, Decision, Deduplication
+from keyshared.broker.dedup import Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.producer_access import AccessMode, Admission, ProducerAccess, WaitCallback
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.sequence_ids import SendIds, send_ids
 from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
@@ -125,7 +124,9 @@ class PersistentTopic:
         self.config: BrokerConfig = service.config
         self.scheduler = scheduler
         self.producers = ProducerRegistry(
-            ProducerAccess(self._load_topic_epoch(), self._save_topic_epoch)
+            ProducerAccess(self._load_topic_epoch(), self._save_topic_epoch),
+            on_added=self._producer_name_added,
+            on_removed=self._producer_name_removed,
         )
         self.subscriptions: dict[str, Subscription] = {}
         self.meta_cache = EntryMetaCache()
@@ -208,9 +209,25 @@ class PersistentTopic:
             )
         return self.producers.add(producer, on_wait_done)
 
+    def _producer_name_added(self, producer_name: str) -> None:
+        """A producer with this name is registered (added, or admitted after waiting)."""
+        if self.dedup is not None:
+            self.dedup.producer_added(producer_name)
+
+    def _producer_name_removed(self, producer_name: str) -> None:
+        """The producer with this name left (closed, or fenced out)."""
+        if self.dedup is not None:
+            self.dedup.producer_removed(producer_name)
+
     def remove_producer(self, producer: Producer) -> None:
-        """Forget ``producer``."""
+        """Forget ``producer`` (the registry tells deduplication)."""
         self.producers.remove(producer)
+
+    def purge_inactive_producers(self) -> None:
+        """Forget the deduplication state of producer names idle too long (Pulsar's
+        ``checkMessageDeduplicationInfo``)."""
+        if self.dedup is not None and self._held is None:
+            self.dedup.purge_inactive()
 
     # --- policies ------------------------------------------------------------------------
     def policy(self, key: str) -> Any:
@@ -258,7 +275,16 @@ class PersistentTopic:
 
     # --- deduplication -------------------------------------------------------------------
     def _enable_dedup(self) -> None:
-        self.dedup = Deduplication(self.name.full, self.ledger, self.service.storage.metadata)
+        cfg = self.config
+        self.dedup = Deduplication(
+            self.name.full,
+            self.ledger,
+            self.service.storage.metadata,
+            inactivity_timeout=cfg.brokerDeduplicationProducerInactivityTimeoutMinutes * 60.0,
+            max_producers=cfg.brokerDeduplicationMaxNumberOfProducers,
+        )
+        for name in self.producers:
+            self.dedup.producer_added(name)
         self._held = []
         self.ready = asyncio.ensure_future(self._recover_dedup())
 
@@ -305,32 +331,20 @@ class PersistentTopic:
 
             fut.add_done_callback(stored)
             return
-        name = producer.producer_name
-        send = send_ids(data)
-        decision = dedup.check(name, send)
-        if decision.kind != NEW:
-            self._answer_duplicate(dedup, name, send, decision, on_done)
-            return
-        try:
-            position, fut = self.ledger.add_entry(data)
-        except StorageError as exc:
-            # check() only classified the send: nothing to undo.
-            self._refused(producer, exc, on_done)
-            return
-        dedup.pushed_send(name, send, position, fut)
-        self._count_in(producer, meta, position, len(data))
 
-        def done(f: asyncio.Future[None]) -> None:
-            pos, exc = _outcome(f, position)
-            if exc is None:
-                dedup.persisted_send(name, send, position, f)
-            else:
-                dedup.failed_send(name, send, position, f)
-                if is_disk_full(exc):
-                    self._close_producer_on_full_disk(producer)
+        def answered(pos: Position | None, exc: BaseException | None) -> None:
+            if exc is not None and is_disk_full(exc):
+                self._close_producer_on_full_disk(producer)
             on_done(pos, exc)
 
-        fut.add_done_callback(done)
+        try:
+            at = dedup.publish(producer.producer_name, data, self.ledger.add_entry, answered)
+        except StorageError as exc:
+            # The send was only classified: nothing to undo.
+            self._refused(producer, exc, on_done)
+            return
+        if at is not None:
+            self._count_in(producer, meta, at, len(data))
 
     def _count_in(self, producer: Producer, meta: EntryMeta, position: Position, size: int) -> None:
         self.meta_cache.put(position, meta)
@@ -363,38 +377,6 @@ class PersistentTopic:
         )
         self.remove_producer(producer)
         producer.transport.close_producer(producer)
-
-    @staticmethod
-    def _answer_duplicate(
-        dedup: Deduplication,
-        name: str,
-        send: SendIds,
-        decision: Decision[Any],
-        on_done: PublishCallback,
-    ) -> None:
-        """Confirm a resent message with the original's id (``-1:-1`` once forgotten), never
-        storing it again; one whose original is still being written waits for that write."""
-        if decision.kind == DUPLICATE:
-            on_done(decision.position or Position(-1, -1), None)
-            return
-        waits: list[asyncio.Future[None]] = list(decision.waits)
-        answered = False
-
-        def done(_: asyncio.Future[None]) -> None:
-            nonlocal answered
-            if answered or not all(w.done() for w in waits):
-                return
-            answered = True
-            for w in waits:
-                exc = w.exception() if not w.cancelled() else asyncio.CancelledError()
-                if exc is not None:
-                    # The original was not stored: the producer resends, and that is new.
-                    on_done(None, exc)
-                    return
-            on_done(dedup.state.original(name, send) or Position(-1, -1), None)
-
-        for w in waits:
-            w.add_done_callback(done)
 
     # --- consumers -----------------------------------------------------------------------
     def subscribe(

@@ -8,7 +8,7 @@ topics themselves stay separate classes, as Pulsar's PersistentTopic and NonPers
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.broker.errors import BrokerError, ServerError
@@ -23,11 +23,21 @@ class ProducerRegistry(Mapping[str, "Producer"]):
     """A topic's producers by name: a name is held by one live producer at a time; access
     modes and the topic epoch as ``access`` rules them."""
 
-    __slots__ = ("_by_name", "access")
+    __slots__ = ("_by_name", "_on_added", "_on_removed", "access")
 
-    def __init__(self, access: ProducerAccess | None = None) -> None:
+    def __init__(
+        self,
+        access: ProducerAccess | None = None,
+        *,
+        on_added: Callable[[str], None] | None = None,
+        on_removed: Callable[[str], None] | None = None,
+    ) -> None:
         self._by_name: dict[str, Producer] = {}
         self.access = access if access is not None else ProducerAccess()
+        # Told of each name registered / unregistered (deduplication's connected names),
+        # including the producers fenced out or admitted after waiting.
+        self._on_added = on_added
+        self._on_removed = on_removed
 
     def __getitem__(self, name: str) -> Producer:
         return self._by_name[name]
@@ -58,8 +68,13 @@ class ProducerRegistry(Mapping[str, "Producer"]):
         )
         if not admission.queued:
             producer.topic_epoch = admission.topic_epoch
-            self._by_name[producer.producer_name] = producer
+            self._register(producer)
         return admission
+
+    def _register(self, producer: Producer) -> None:
+        self._by_name[producer.producer_name] = producer
+        if self._on_added is not None:
+            self._on_added(producer.producer_name)
 
     def _fence(self, producer: Producer) -> None:
         """Pushed out by an ExclusiveWithFencing producer: its client is told (it reconnects
@@ -70,12 +85,17 @@ class ProducerRegistry(Mapping[str, "Producer"]):
     def remove(self, producer: Producer) -> None:
         """Close ``producer`` and forget it (unless its name went to a newer one); a producer
         waiting for exclusive access may take the topic now."""
+        self._remove(producer, notify=True)
+
+    def _remove(self, producer: Producer, *, notify: bool) -> None:
         producer.closed = True
         if self._by_name.get(producer.producer_name) is producer:
             del self._by_name[producer.producer_name]
+            if notify and self._on_removed is not None:
+                self._on_removed(producer.producer_name)
         promoted = self.access.release(producer, self._by_name.values())
         if promoted is not None:
-            self._by_name[promoted.producer_name] = promoted
+            self._register(promoted)
 
     def close_all(self) -> None:
         """Tell every producer's client the broker closed it (it reconnects), and forget it."""
@@ -84,7 +104,8 @@ class ProducerRegistry(Mapping[str, "Producer"]):
             p.transport.close_producer(p)
         for p in list(self._by_name.values()):
             p.transport.close_producer(p)
-            self.remove(p)
+            # The topic is closing: nothing to tell (deduplication snapshots as it stands).
+            self._remove(p, notify=False)
 
 
 def _ignore_wait(epoch: int | None, error: BrokerError | None) -> None:

@@ -316,7 +316,9 @@ class ServerConnection(asyncio.Protocol):
         if auth is not None:
             try:
                 self.principal, expires = auth.authenticate_session(
-                    c.auth_method_name, bytes(c.auth_data)
+                    c.auth_method_name,
+                    bytes(c.auth_data),
+                    self._peercert(),
                 )
             except BrokerError as exc:
                 self._error(_U64 - 1, exc.code, exc.message)
@@ -341,13 +343,23 @@ class ServerConnection(asyncio.Protocol):
             )
         )
 
+    def _peercert(self) -> Any:
+        """The verified client certificate of a TLS connection (for the TLS provider)."""
+        if not self.tls or self.transport is None:
+            return None
+        return self.transport.get_extra_info("peercert")
+
     def _on_auth_response(self, cmd: pb.BaseCommand, _: Any) -> None:
         auth = self.server.authenticator
         if auth is None:
             return
         r = cmd.authResponse.response
         try:
-            principal, expires = auth.authenticate_session(r.auth_method_name, bytes(r.auth_data))
+            principal, expires = auth.authenticate_session(
+                r.auth_method_name,
+                bytes(r.auth_data),
+                self._peercert(),
+            )
         except BrokerError as exc:
             self._fail(f"re-authentication failed: {exc.message}")
             return

@@ -20,8 +20,11 @@ class Authenticator(Protocol):
     def authenticate(self, method: str, data: bytes) -> str | None:
         """The role the credentials prove."""
 
-    def authenticate_session(self, method: str, data: bytes) -> tuple[str, float | None]:
-        """The role the credentials prove and when they expire (epoch seconds, or None)."""
+    def authenticate_session(
+        self, method: str, data: bytes, peercert: Any = None
+    ) -> tuple[str, float | None]:
+        """The role the credentials prove and when they expire (epoch seconds, or None);
+        ``peercert`` is the verified client certificate on a TLS connection."""
 
 
 class Authorizer(Protocol):
@@ -108,8 +111,11 @@ class BrokerServer:
         if not port:
             return ""
         host = self.config.advertisedAddress
+        # As Pulsar: an advertisedAddress the user set is what lookups answer (so a certificate
+        # for that name verifies); without one, the address the client reached us at.
+        explicit = "advertisedAddress" in self.config.explicit_keys
         sock = transport.get_extra_info("sockname") if transport is not None else None
-        if sock:
+        if sock and not explicit:
             host = sock[0]
             if ":" in host:
                 host = f"[{host}]"

@@ -10,17 +10,26 @@ from keyshared.server.authz import NamespaceAuthorizer, parse_roles
 from keyshared.server.tls import TlsConfigError, server_ssl_context
 
 if TYPE_CHECKING:
+    from keyshared.server.auth_service import AuthenticationService
     from keyshared.server.auth_token import TokenAuthenticator
     from keyshared.server.authz import PermissionStore
 
-TOKEN_PROVIDER = "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
-_TOKEN_PROVIDER_NAMES = {TOKEN_PROVIDER, "AuthenticationProviderToken", "token"}
+_PROVIDER_PACKAGE = "org.apache.pulsar.broker.authentication."
+TOKEN_PROVIDER = _PROVIDER_PACKAGE + "AuthenticationProviderToken"
+BASIC_PROVIDER = _PROVIDER_PACKAGE + "AuthenticationProviderBasic"
+TLS_PROVIDER = _PROVIDER_PACKAGE + "AuthenticationProviderTls"
+# Provider class names (full or short) and the authentication method each serves.
+_PROVIDERS = {
+    **{n: "token" for n in (TOKEN_PROVIDER, "AuthenticationProviderToken", "token")},
+    **{n: "basic" for n in (BASIC_PROVIDER, "AuthenticationProviderBasic", "basic")},
+    **{n: "tls" for n in (TLS_PROVIDER, "AuthenticationProviderTls", "tls")},
+}
 
 
 def build_security(
     cfg: BrokerConfig, permissions: PermissionStore | None = None
 ) -> tuple[
-    TokenAuthenticator | None,
+    AuthenticationService | None,
     NamespaceAuthorizer | None,
     ssl.SSLContext | None,
     ssl.SSLContext | None,
@@ -40,6 +49,11 @@ def build_security(
             raise ConfigError("authorizationEnabled needs the broker service's permission store")
         authorizer = NamespaceAuthorizer(permissions, parse_roles(cfg.superUserRoles))
     tls_ctx = None
+    if cfg.tlsAllowInsecureConnection:
+        raise ConfigError(
+            "tlsAllowInsecureConnection=true is not supported: client certificates must chain "
+            "to tlsTrustCertsFilePath"
+        )
     if cfg.brokerServicePortTls or cfg.webServicePortTls:
         try:
             tls_ctx = server_ssl_context(
@@ -47,9 +61,19 @@ def build_security(
                 cfg.tlsKeyFilePath,
                 cfg.tlsTrustCertsFilePath,
                 require_client_cert=cfg.tlsRequireTrustedClientCertOnConnect,
+                protocols=cfg.tlsProtocols,
+                ciphers=cfg.tlsCiphers,
             )
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from exc
+    elif cfg.tlsProtocols or cfg.tlsCiphers:
+        raise ConfigError("tlsProtocols/tlsCiphers need brokerServicePortTls or webServicePortTls")
+    if authenticator is not None and authenticator.tls and tls_ctx is None:
+        raise ConfigError(f"{TLS_PROVIDER} needs a TLS port (brokerServicePortTls)")
+    if authenticator is not None and authenticator.tls and not cfg.tlsTrustCertsFilePath:
+        raise ConfigError(
+            f"{TLS_PROVIDER} needs tlsTrustCertsFilePath to verify client certificates"
+        )
     return (
         authenticator,
         authorizer,
@@ -58,7 +82,35 @@ def build_security(
     )
 
 
-def build_authenticator(cfg: BrokerConfig) -> TokenAuthenticator:
+def build_authenticator(cfg: BrokerConfig) -> AuthenticationService:
+    """The providers named by ``authenticationProviders``, chained, with ``anonymousUserRole``."""
+    from keyshared.server.auth_basic import BasicAuthenticator, BasicConfigError
+    from keyshared.server.auth_service import AuthenticationService
+
+    providers = [p.strip() for p in cfg.authenticationProviders.split(",") if p.strip()]
+    unsupported = [p for p in providers if p not in _PROVIDERS]
+    if unsupported:
+        raise ConfigError(
+            f"unsupported authenticationProviders {', '.join(unsupported)}; this broker has "
+            f"{TOKEN_PROVIDER}, {BASIC_PROVIDER} and {TLS_PROVIDER}"
+        )
+    # No provider named: the token provider, as this broker has always read such a configuration.
+    methods = {_PROVIDERS[p] for p in providers} if providers else {"token"}
+    basic = None
+    if "basic" in methods:
+        try:
+            basic = BasicAuthenticator.from_conf(cfg.basicAuthConf)
+        except BasicConfigError as exc:
+            raise ConfigError(str(exc)) from exc
+    return AuthenticationService(
+        token=build_token_authenticator(cfg) if "token" in methods else None,
+        basic=basic,
+        tls="tls" in methods,
+        anonymous_role=cfg.anonymousUserRole,
+    )
+
+
+def build_token_authenticator(cfg: BrokerConfig) -> TokenAuthenticator:
     """The token provider from ``tokenSecretKey`` or ``tokenPublicKey`` and the claim settings."""
     # PyJWT and cryptography cost a good part of the start-up budget: only load them when used.
     from keyshared.server.auth_token import (
@@ -68,13 +120,6 @@ def build_authenticator(cfg: BrokerConfig) -> TokenAuthenticator:
         read_key,
     )
 
-    providers = [p.strip() for p in cfg.authenticationProviders.split(",") if p.strip()]
-    unsupported = [p for p in providers if p not in _TOKEN_PROVIDER_NAMES]
-    if unsupported:
-        raise ConfigError(
-            f"unsupported authenticationProviders {', '.join(unsupported)}; "
-            f"this broker has only {TOKEN_PROVIDER}"
-        )
     if bool(cfg.tokenSecretKey) == bool(cfg.tokenPublicKey):
         raise ConfigError(
             "token authentication needs exactly one of tokenSecretKey, tokenPublicKey"

@@ -15,6 +15,8 @@ def server_ssl_context(
     trust_certs_file: str = "",
     *,
     require_client_cert: bool = False,
+    protocols: str = "",
+    ciphers: str = "",
 ) -> ssl.SSLContext:
     """A TLS >= 1.2 server context for ``cert_file``/``key_file`` (PEM).
 
@@ -25,6 +27,16 @@ def server_ssl_context(
         raise TlsConfigError("TLS needs tlsCertificateFilePath and tlsKeyFilePath")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if protocols:
+        versions = sorted(_protocol_version(p) for p in protocols.split(",") if p.strip())
+        ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+    if ciphers:
+        try:
+            ctx.set_ciphers(":".join(c.strip() for c in ciphers.split(",") if c.strip()))
+        except ssl.SSLError as exc:
+            raise TlsConfigError(
+                f"tlsCiphers {ciphers!r}: no cipher OpenSSL knows ({exc})"
+            ) from exc
     try:
         ctx.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as exc:
@@ -38,3 +50,16 @@ def server_ssl_context(
     elif require_client_cert:
         raise TlsConfigError("tlsRequireTrustedClientCertOnConnect needs tlsTrustCertsFilePath")
     return ctx
+
+
+_PROTOCOLS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+def _protocol_version(name: str) -> ssl.TLSVersion:
+    """Pulsar's ``tlsProtocols`` name as a TLS version; older protocols are refused."""
+    try:
+        return _PROTOCOLS[name.strip()]
+    except KeyError:
+        raise TlsConfigError(
+            f"tlsProtocols: {name.strip()!r} is not supported (use TLSv1.2 and/or TLSv1.3)"
+        ) from None
