@@ -115,8 +115,20 @@ def test_partitioned_topic_exclusive(
         client.create_producer(topic, access_mode=Mode.Exclusive)
     for i in range(6):
         p1.send(str(i).encode(), partition_key=str(i))
+    created: list[pulsar.Producer] = []
+    waiter = threading.Thread(
+        target=lambda: created.append(
+            client.create_producer(topic, access_mode=Mode.WaitForExclusive)
+        ),
+        daemon=True,
+    )
+    waiter.start()
+    waiter.join(1.0)
+    assert waiter.is_alive() and not created  # every partition queued it
     p1.close()
-    client.create_producer(topic, access_mode=Mode.Exclusive).close()
+    waiter.join(10)
+    assert len(created) == 1
+    created[0].send(b"after", partition_key="k")
 
 
 def _producer(
