@@ -25,6 +25,7 @@ from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dispatch.nonpersistent import NonPersistentDispatcher, new_dispatcher
 from keyshared.broker.entry_meta import parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.producer_access import Admission, WaitCallback
 from keyshared.broker.rates import RateMeter
 from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.topic import Producer, PublishCallback
@@ -37,7 +38,7 @@ from keyshared.broker.topic_common import (
     producer_stats,
     unsubscribe,
 )
-from keyshared.broker.topic_name import TopicName
+from keyshared.broker.topic_name import TopicName, check_partition_index
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -192,12 +193,15 @@ class NonPersistentTopic:
         self.ready: asyncio.Future[None] | None = None
 
     # --- producers ---------------------------------------------------------------------------
-    def add_producer(self, producer: Producer) -> None:
-        """Register ``producer``; names are unique per topic."""
+    def add_producer(
+        self, producer: Producer, on_wait_done: WaitCallback | None = None
+    ) -> Admission:
+        """Register ``producer`` (names are unique per topic) under its access mode (the
+        topic epoch lives in memory, as Pulsar's NonPersistentTopic keeps it)."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         limits.check_producers(self.service.policies, self.name, len(self.producers))
-        self.producers.add(producer)
+        return self.producers.add(producer, on_wait_done)
 
     def remove_producer(self, producer: Producer) -> None:
         """Forget ``producer``."""
@@ -247,8 +251,10 @@ class NonPersistentTopic:
         durable: bool,
         initial_position_earliest: bool,
         start_message_id: Position | None,
+        rollback_to: Position | None = None,
     ) -> Consumer:
-        """Create or join ``subscription``: consumers always start at the next message."""
+        """Create or join ``subscription``: consumers always start at the next message (nothing
+        is stored: ``start_message_id`` and ``rollback_to`` have nothing to name)."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
@@ -316,7 +322,8 @@ class NonPersistentTopic:
             "storageSize": 0,
             "backlogSize": 0,
             "offloadedStorageSize": 0,
-            "waitingPublishers": 0,
+            "waitingPublishers": self.producers.access.waiting_count,
+            "topicEpoch": self.producers.access.topic_epoch,
             "publishers": publishers,
             "subscriptions": subs,
             "replication": {},
@@ -353,6 +360,8 @@ class NonPersistentTopics:
         if topic is not None:
             return topic
         service = self.service
+        if name.partition_index >= 0:
+            check_partition_index(name, service.partitions_of(name.partitioned_base))
         if service.partitions_of(name) > 0:
             raise BrokerError(
                 ServerError.NotAllowedError, f"{name} is a partitioned topic: use its partitions"

@@ -20,8 +20,8 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
-from keyshared.broker.topic import PersistentTopic
-from keyshared.broker.topic_name import InvalidTopicName, TopicName
+from keyshared.broker.topic import PersistentTopic, topic_epoch_key
+from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
 from keyshared.config import BrokerConfig
 from keyshared.storage.store import Storage
 
@@ -111,6 +111,11 @@ class BrokerService:
             return 0
         return int(json.loads(raw)["partitions"])
 
+    def check_partition_name(self, name: TopicName) -> None:
+        """Refuse a partition index at or past its partitioned topic's partition count."""
+        if name.partition_index >= 0:
+            check_partition_index(name, self.partitions_of(name.partitioned_base))
+
     def create_partitioned_topic(self, name: TopicName, partitions: int) -> None:
         """Create a partitioned topic with ``partitions`` partitions."""
         if partitions <= 0:
@@ -181,6 +186,7 @@ class BrokerService:
             raise BrokerError(ServerError.NotAllowedError, "Only persistent topics are supported")
         exists = self.storage.metadata.get(TOPICS_PREFIX + name.full) is not None
         if not exists:
+            self.check_partition_name(name)
             if self.partitions_of(name) > 0:
                 raise BrokerError(
                     ServerError.NotAllowedError,
@@ -211,6 +217,7 @@ class BrokerService:
 
     def create_topic(self, name: TopicName) -> PersistentTopic:
         """Create a non-partitioned topic explicitly (admin)."""
+        self.check_partition_name(name)
         if self.topic_exists(name) or self.partitions_of(name) > 0:
             raise BrokerError(ServerError.NotAllowedError, f"Topic {name} already exists")
         self._check_namespace(name)
@@ -237,6 +244,7 @@ class BrokerService:
         self.policies.delete_topic(name.full)
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)
+        self.storage.metadata.delete(topic_epoch_key(name))
 
     async def delete_partitioned_topic(self, name: TopicName, *, force: bool = False) -> None:
         """Delete every partition and the partitioned topic's metadata."""

@@ -61,6 +61,9 @@ class Subscription:
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.closed = False
+        # True while a seek / reset-cursor closes the consumers: a reader's cursor then
+        # outlives its last consumer, for the client's re-subscribe (Pulsar's isResetCursor).
+        self._resetting = False
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -82,10 +85,13 @@ class Subscription:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, "Subscription is being closed")
         if self.dispatcher is not None and self.dispatcher.consumers:
-            if consumer.sub_type is not self.sub_type:
+            held = self.sub_type
+            if consumer.sub_type is not held:
+                # Not ``if held``: Exclusive is 0 and read as false.
+                held_name = held.name if held is not None else "None"
                 raise BrokerError(
                     ServerError.ConsumerBusy,
-                    f"Subscription {self.name} is of type {self.sub_type.name if self.sub_type else '?'}"
+                    f"Subscription {self.name} is of type {held_name}"
                     f", cannot attach a {consumer.sub_type.name} consumer",
                 )
         elif self.dispatcher is None or not self._dispatcher_fits(consumer):
@@ -107,7 +113,10 @@ class Subscription:
         consumer.closed = True
         if self.dispatcher is not None:
             self.dispatcher.remove_consumer(consumer)
-        drop_if_unused(self.topic, self)
+        if self._resetting and not self.durable and not self.consumers:
+            self.topic.park_reset_cursor(self)
+        else:
+            drop_if_unused(self.topic, self)
 
     def disconnect_all(self) -> None:
         """Close every consumer (they re-subscribe), as Pulsar does on seek and reset-cursor."""
@@ -228,8 +237,17 @@ class Subscription:
 
     # --- manual cursor moves ---------------------------------------------------------------
     def reset_cursor(self, position: Position) -> None:
-        """Seek / reset-cursor: consumers are closed, the cursor is reset to ``position``."""
-        self.disconnect_all()
+        """Seek / reset-cursor: consumers are closed, the cursor is reset to ``position``.
+
+        The clients re-subscribe and resume there: a durable subscription stays; a reader's
+        (non-durable) one goes with its consumer but its cursor is kept for the reader that
+        re-subscribes under the same name, as Pulsar keeps it in the managed ledger.
+        """
+        self._resetting = True
+        try:
+            self.disconnect_all()
+        finally:
+            self._resetting = False
         if self.dispatcher is not None:
             self.dispatcher.reset()
         self.redelivery_counts.clear()

@@ -16,6 +16,7 @@ from keyshared.broker.dedup import Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.producer_access import AccessMode, Admission, ProducerAccess, WaitCallback
 from keyshared.broker.rates import RateMeter
 from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
@@ -39,6 +40,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
+def topic_epoch_key(name: TopicName) -> str:
+    """Where a persistent topic's epoch is stored."""
+    return f"topic-epoch/{name.full}"
+
+
+# How long a reader's cursor waits for the reader to re-subscribe after a seek closed it.
+RESET_CURSOR_KEEP_SECONDS = 60.0
 
 PublishCallback = Callable[[Position | None, BaseException | None], None]
 
@@ -85,6 +94,12 @@ class Producer:
     transport: ProducerTransport
     user_provided_name: bool = False
     epoch: int = 0
+    access_mode: AccessMode = AccessMode.Shared
+    # The topic epoch the client presented (it reconnects with the one it was given), then
+    # the one it was given in PRODUCER_SUCCESS.
+    topic_epoch: int | None = None
+    # False while queued for exclusive access (WaitForExclusive).
+    ready: bool = True
     metadata: dict[str, str] = field(default_factory=dict)
     connected_since: float = field(default_factory=time.time)
     msg_in_counter: int = 0
@@ -108,7 +123,11 @@ class PersistentTopic:
         self.service = service
         self.config: BrokerConfig = service.config
         self.scheduler = scheduler
-        self.producers = ProducerRegistry()
+        self.producers = ProducerRegistry(
+            ProducerAccess(self._load_topic_epoch(), self._save_topic_epoch),
+            on_added=self._producer_name_added,
+            on_removed=self._producer_name_removed,
+        )
         self.subscriptions: dict[str, Subscription] = {}
         self.meta_cache = EntryMetaCache()
         self.msg_in_counter = 0
@@ -128,6 +147,8 @@ class PersistentTopic:
         self._trim_failing = False
         self._policy_cache: dict[str, Any] = {}
         self._policy_generation = -1
+        # Reader cursors a seek / reset-cursor left without consumers, by subscription name.
+        self._reset_cursors: dict[str, ManagedCursor] = {}
         if self.policy("deduplicationEnabled"):
             self._enable_dedup()
         self._restore_subscriptions()
@@ -162,8 +183,19 @@ class PersistentTopic:
         return sub
 
     # --- producers -----------------------------------------------------------------------
-    def add_producer(self, producer: Producer) -> None:
-        """Register ``producer``; names are unique per topic."""
+    def _load_topic_epoch(self) -> int | None:
+        raw = self.service.storage.metadata.get(topic_epoch_key(self.name))
+        return int(raw) if raw is not None else None
+
+    def _save_topic_epoch(self, epoch: int) -> None:
+        # Kept across restarts, as Pulsar keeps it in the managed ledger's properties.
+        self.service.storage.metadata.put(topic_epoch_key(self.name), str(epoch).encode())
+
+    def add_producer(
+        self, producer: Producer, on_wait_done: WaitCallback | None = None
+    ) -> Admission:
+        """Register ``producer`` (names are unique per topic) under its access mode; a
+        WaitForExclusive one may be queued (see ``ProducerRegistry.add``)."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         limits.check_producers(self.service.policies, self.name, len(self.producers))
@@ -175,15 +207,21 @@ class PersistentTopic:
                 f"Topic {self.name}: the broker's data directory is full"
                 f" ({disk.usage * 100:.1f}% used): no new entries until space is freed",
             )
-        self.producers.add(producer)
+        return self.producers.add(producer, on_wait_done)
+
+    def _producer_name_added(self, producer_name: str) -> None:
+        """A producer with this name is registered (added, or admitted after waiting)."""
         if self.dedup is not None:
-            self.dedup.producer_added(producer.producer_name)
+            self.dedup.producer_added(producer_name)
+
+    def _producer_name_removed(self, producer_name: str) -> None:
+        """The producer with this name left (closed, or fenced out)."""
+        if self.dedup is not None:
+            self.dedup.producer_removed(producer_name)
 
     def remove_producer(self, producer: Producer) -> None:
-        """Forget ``producer``."""
+        """Forget ``producer`` (the registry tells deduplication)."""
         self.producers.remove(producer)
-        if self.dedup is not None and producer.producer_name not in self.producers:
-            self.dedup.producer_removed(producer.producer_name)
 
     def purge_inactive_producers(self) -> None:
         """Forget the deduplication state of producer names idle too long (Pulsar's
@@ -350,8 +388,13 @@ class PersistentTopic:
         durable: bool,
         initial_position_earliest: bool,
         start_message_id: Position | None,
+        rollback_to: Position | None = None,
     ) -> Consumer:
-        """Create or join ``subscription`` and attach a new consumer built by the factory."""
+        """Create or join ``subscription`` and attach a new consumer built by the factory.
+
+        ``rollback_to``: where a new reader subscription starts instead, for a SUBSCRIBE with
+        ``start_message_rollback_duration_sec`` (Pulsar resets the new cursor there before
+        attaching the consumer)."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
@@ -361,6 +404,8 @@ class PersistentTopic:
             sub = self._create_subscription(
                 subscription, durable, initial_position_earliest, start_message_id
             )
+            if rollback_to is not None and not durable:
+                sub.cursor.reset_cursor(rollback_to)
         return attach_consumer(self, sub, consumer_factory(sub))
 
     def _create_subscription(
@@ -375,10 +420,41 @@ class PersistentTopic:
             cursor = self._open_cursor(name, True, initial)
             self.service.storage.metadata.put(self._sub_key(name), b"{}")
         else:
-            if start is None:
-                start = EARLIEST if earliest else LATEST
-            cursor = self._open_cursor(name, False, start)
+            parked = self._reset_cursors.pop(name, None)
+            if parked is not None and not parked.closed:
+                # The reader re-subscribing after a seek: its cursor is where the seek put it,
+                # whatever start its SUBSCRIBE names (none after a seek by time).
+                cursor = parked
+            else:
+                if start is None:
+                    start = EARLIEST if earliest else LATEST
+                cursor = self._open_cursor(name, False, start)
         return self._add_subscription(name, cursor, durable=durable)
+
+    def park_reset_cursor(self, sub: Subscription) -> None:
+        """A seek closed the last consumer of reader subscription ``sub``: drop the
+        subscription but keep its cursor for the reader's re-subscribe (Pulsar's
+        ``removeConsumer(consumer, isResetCursor)``). A cursor no reader takes back within
+        ``RESET_CURSOR_KEEP_SECONDS`` is closed."""
+        name = sub.name
+        if self.subscriptions.get(name) is not sub:
+            return
+        del self.subscriptions[name]
+        sub.closed = True
+        if sub.dispatcher is not None:
+            sub.dispatcher.close()
+        cursor = sub.cursor
+        old = self._reset_cursors.get(name)
+        if old is not None and old is not cursor:
+            old.close()
+        self._reset_cursors[name] = cursor
+
+        def expire() -> None:
+            if self._reset_cursors.get(name) is cursor:
+                del self._reset_cursors[name]
+                cursor.close()
+
+        self.scheduler.call_later(RESET_CURSOR_KEEP_SECONDS, expire)
 
     def remove_subscription(self, name: str) -> None:
         """Drop a subscription that lost its last consumer (readers) or was unsubscribed."""
@@ -575,7 +651,8 @@ class PersistentTopic:
             "backlogSize": backlog_size,
             "earliestMsgPublishTimeInBacklogs": 0,
             "offloadedStorageSize": 0,
-            "waitingPublishers": 0,
+            "waitingPublishers": self.producers.access.waiting_count,
+            "topicEpoch": self.producers.access.topic_epoch,
             "publishers": publishers,
             "subscriptions": subs,
             "replication": {},
@@ -633,6 +710,9 @@ class PersistentTopic:
             if sub.dispatcher is not None:
                 sub.dispatcher.close()
             sub.cursor.close()
+        for cursor in self._reset_cursors.values():
+            cursor.close()
+        self._reset_cursors.clear()
         if self.dedup is not None and self._held is None:
             self.dedup.snapshot()
         await self.compactor.close()

@@ -8,10 +8,11 @@ topics themselves stay separate classes, as Pulsar's PersistentTopic and NonPers
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.producer_access import AccessMode, Admission, ProducerAccess, WaitCallback
 
 if TYPE_CHECKING:
     from keyshared.broker.consumer import Consumer
@@ -19,12 +20,24 @@ if TYPE_CHECKING:
 
 
 class ProducerRegistry(Mapping[str, "Producer"]):
-    """A topic's producers by name: a name is held by one live producer at a time."""
+    """A topic's producers by name: a name is held by one live producer at a time; access
+    modes and the topic epoch as ``access`` rules them."""
 
-    __slots__ = ("_by_name",)
+    __slots__ = ("_by_name", "_on_added", "_on_removed", "access")
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        access: ProducerAccess | None = None,
+        *,
+        on_added: Callable[[str], None] | None = None,
+        on_removed: Callable[[str], None] | None = None,
+    ) -> None:
         self._by_name: dict[str, Producer] = {}
+        self.access = access if access is not None else ProducerAccess()
+        # Told of each name registered / unregistered (deduplication's connected names),
+        # including the producers fenced out or admitted after waiting.
+        self._on_added = on_added
+        self._on_removed = on_removed
 
     def __getitem__(self, name: str) -> Producer:
         return self._by_name[name]
@@ -35,27 +48,68 @@ class ProducerRegistry(Mapping[str, "Producer"]):
     def __len__(self) -> int:
         return len(self._by_name)
 
-    def add(self, producer: Producer) -> None:
-        """Register ``producer``; ProducerBusy while a live one has its name."""
+    def add(self, producer: Producer, on_wait_done: WaitCallback | None = None) -> Admission:
+        """Register ``producer`` under its access mode, or queue it (WaitForExclusive: it is
+        registered when admitted, and ``on_wait_done`` told). ProducerBusy while a live one
+        has its name (unless the new one fences it out); ProducerBusy / ProducerFenced as the
+        access modes refuse it."""
         existing = self._by_name.get(producer.producer_name)
-        if existing is not None and not existing.closed:
+        if (
+            existing is not None
+            and not existing.closed
+            and producer.access_mode is not AccessMode.ExclusiveWithFencing
+        ):
             raise BrokerError(
                 ServerError.ProducerBusy,
                 f"Producer with name '{producer.producer_name}' is already connected to topic",
             )
+        admission = self.access.admit(
+            producer, list(self._by_name.values()), self._fence, on_wait_done or _ignore_wait
+        )
+        if not admission.queued:
+            producer.topic_epoch = admission.topic_epoch
+            self._register(producer)
+        return admission
+
+    def _register(self, producer: Producer) -> None:
         self._by_name[producer.producer_name] = producer
+        if self._on_added is not None:
+            self._on_added(producer.producer_name)
+
+    def _fence(self, producer: Producer) -> None:
+        """Pushed out by an ExclusiveWithFencing producer: its client is told (it reconnects
+        with its old topic epoch and is refused as fenced)."""
+        producer.transport.close_producer(producer)
+        self.remove(producer)
 
     def remove(self, producer: Producer) -> None:
-        """Close ``producer`` and forget it (unless its name went to a newer one)."""
+        """Close ``producer`` and forget it (unless its name went to a newer one); a producer
+        waiting for exclusive access may take the topic now."""
+        self._remove(producer, notify=True)
+
+    def _remove(self, producer: Producer, *, notify: bool) -> None:
         producer.closed = True
         if self._by_name.get(producer.producer_name) is producer:
             del self._by_name[producer.producer_name]
+            if notify and self._on_removed is not None:
+                self._on_removed(producer.producer_name)
+        promoted = self.access.release(producer, self._by_name.values())
+        if promoted is not None:
+            self._register(promoted)
 
     def close_all(self) -> None:
         """Tell every producer's client the broker closed it (it reconnects), and forget it."""
+        for p in self.access.take_waiting():
+            p.closed = True
+            p.transport.close_producer(p)
         for p in list(self._by_name.values()):
             p.transport.close_producer(p)
-            self.remove(p)
+            # The topic is closing: nothing to tell (deduplication snapshots as it stands).
+            self._remove(p, notify=False)
+
+
+def _ignore_wait(epoch: int | None, error: BrokerError | None) -> None:
+    """No one to tell: a caller that cannot queue never passes WaitForExclusive."""
 
 
 # --- subscriptions ---------------------------------------------------------------------------
@@ -132,7 +186,7 @@ def producer_stats(p: Producer) -> dict[str, Any]:
     """PublisherStats with Pulsar's field names."""
     rate_in, throughput_in = p.rates.rates(p.msg_in_counter, p.bytes_in_counter)
     return {
-        "accessMode": "Shared",
+        "accessMode": p.access_mode.name,
         "msgRateIn": rate_in,
         "msgThroughputIn": throughput_in,
         "averageMsgSize": p.bytes_in_counter / p.msg_in_counter if p.msg_in_counter else 0.0,

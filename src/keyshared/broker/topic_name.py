@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from keyshared.broker.errors import BrokerError, ServerError
+
 PARTITION_SUFFIX = "-partition-"
 _PARTITION_RE = re.compile(r"^(.*)-partition-(\d+)$")
 _VALID_PART = re.compile(r"^[-=:.\w]+$")
@@ -75,3 +77,13 @@ class TopicName:
 
     def __str__(self) -> str:
         return self.full
+
+
+def check_partition_index(name: TopicName, partitions: int) -> None:
+    """Refuse ``...-partition-N`` of a partitioned topic with ``partitions`` <= N: it would be
+    auto-created as a stray topic (Pulsar's BrokerService.getTopic refuses it so)."""
+    if partitions > 0 and name.partition_index >= partitions:
+        raise BrokerError(
+            ServerError.NotAllowedError,
+            f"Illegal topic partition name {name} with max allowed {partitions} partitions",
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import time
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, SubType
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import NON_PERSISTENT, NonPersistentTopic
+from keyshared.broker.producer_access import access_mode_of
 from keyshared.broker.subscription import AckItem
 from keyshared.broker.topic import Producer
 from keyshared.protocol import (
@@ -431,6 +433,7 @@ class ServerConnection(asyncio.Protocol):
         try:
             name = self.service.parse_topic(r.topic)
             self._authorize(name.full, "lookup")
+            self.service.check_partition_name(name)
             resp.response = pb.CommandLookupTopicResponse.Connect
             resp.authoritative = True
             resp.brokerServiceUrl = self.server.service_url(self.transport, tls=False)
@@ -503,7 +506,7 @@ class ServerConnection(asyncio.Protocol):
         request_id = r.request_id
         if r.producer_id in self.producers:
             existing = self.producers[r.producer_id]
-            self._producer_success(request_id, existing)
+            self._producer_success(request_id, existing, ready=existing.ready)
             return
         try:
             name = self.service.parse_topic(r.topic)
@@ -521,18 +524,39 @@ class ServerConnection(asyncio.Protocol):
                 transport=self,
                 user_provided_name=r.user_provided_producer_name,
                 epoch=r.epoch,
+                access_mode=access_mode_of(r.producer_access_mode),
+                topic_epoch=r.topic_epoch if r.HasField("topic_epoch") else None,
                 metadata={kv.key: kv.value for kv in r.metadata},
             )
-            topic.add_producer(producer)
+            admission = topic.add_producer(
+                producer, functools.partial(self._producer_wait_done, request_id, producer)
+            )
         except BrokerError as exc:
             self._error(request_id, exc.code, exc.message)
             return
         self.producers[r.producer_id] = producer
+        if admission.queued:
+            producer.ready = False
+            self._producer_success(request_id, producer, ready=False)
+            return
         ready = topic.ready
         if ready is not None and not ready.done():
             # The last sequence id is known only once deduplication state is recovered.
             self._spawn(self._producer_success_when_ready(ready, request_id, producer))
             return
+        self._producer_success(request_id, producer)
+
+    def _producer_wait_done(
+        self, request_id: int, producer: Producer, _: int | None, error: BrokerError | None
+    ) -> None:
+        """A WaitForExclusive producer took the topic, or its wait ended with ``error``."""
+        if self.closed or self.producers.get(producer.producer_id) is not producer:
+            return
+        if error is not None:
+            del self.producers[producer.producer_id]
+            self._error(request_id, error.code, error.message)
+            return
+        producer.ready = True
         self._producer_success(request_id, producer)
 
     async def _producer_success_when_ready(
@@ -545,17 +569,16 @@ class ServerConnection(asyncio.Protocol):
             return
         self._producer_success(request_id, producer)
 
-    def _producer_success(self, request_id: int, producer: Producer) -> None:
-        self.send_command(
-            T(
-                type=T.PRODUCER_SUCCESS,
-                producer_success=pb.CommandProducerSuccess(
-                    request_id=request_id,
-                    producer_name=producer.producer_name,
-                    last_sequence_id=producer.topic.last_sequence_id(producer.producer_name),
-                ),
-            )
+    def _producer_success(self, request_id: int, producer: Producer, *, ready: bool = True) -> None:
+        success = pb.CommandProducerSuccess(
+            request_id=request_id,
+            producer_name=producer.producer_name,
+            last_sequence_id=producer.topic.last_sequence_id(producer.producer_name),
+            producer_ready=ready,
         )
+        if producer.topic_epoch is not None:
+            success.topic_epoch = producer.topic_epoch
+        self.send_command(T(type=T.PRODUCER_SUCCESS, producer_success=success))
 
     def _on_send_frame(
         self, cmd: pb.BaseCommand, payload: bytes | None, checksum: int | None, checksum_ok: bool
@@ -568,6 +591,10 @@ class ServerConnection(asyncio.Protocol):
                 # re-creating the producer (Pulsar's recentlyClosedProducers).
                 return
             self._fail(f"SEND for unknown producer {s.producer_id}")
+            return
+        if not producer.ready:
+            # As Pulsar: a producer still queued for exclusive access must not publish.
+            self._fail(f"SEND for producer {s.producer_id} that is not ready")
             return
         if payload is None:
             self._fail("SEND without payload")
@@ -654,6 +681,29 @@ class ServerConnection(asyncio.Protocol):
     # --- consumers ---------------------------------------------------------------------------
     def _on_subscribe(self, cmd: pb.BaseCommand, _: Any) -> None:
         r = cmd.subscribe
+        if not r.durable and r.start_message_rollback_duration_sec > 0:
+            self._spawn(self._subscribe_rolled_back(r))
+            return
+        self._subscribe(r, None)
+
+    async def _subscribe_rolled_back(self, r: pb.CommandSubscribe) -> None:
+        """A reader starting ``start_message_rollback_duration_sec`` back: find where first."""
+        try:
+            name = self.service.parse_topic(r.topic)
+            self._authorize(name.full, "consume")
+            topic = self.service.get_any_topic(name, create=r.force_topic_creation)
+            since_ms = int(time.time() * 1000) - r.start_message_rollback_duration_sec * 1000
+            rollback_to = (
+                None
+                if isinstance(topic, NonPersistentTopic)
+                else await topic.find_position_by_time(since_ms)
+            )
+        except BrokerError as exc:
+            self._error(r.request_id, exc.code, exc.message)
+            return
+        self._subscribe(r, rollback_to)
+
+    def _subscribe(self, r: pb.CommandSubscribe, rollback_to: Position | None) -> None:
         request_id = r.request_id
         if r.consumer_id in self.consumers:
             # The client re-sent SUBSCRIBE (e.g. after a timeout): it already exists.
@@ -718,6 +768,7 @@ class ServerConnection(asyncio.Protocol):
                 durable=durable,
                 initial_position_earliest=r.initialPosition == pb.CommandSubscribe.Earliest,
                 start_message_id=start,
+                rollback_to=rollback_to,
             )
         except BrokerError as exc:
             self._error(request_id, exc.code, exc.message)
