@@ -20,6 +20,7 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
+from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
 from keyshared.config import BrokerConfig
@@ -47,6 +48,7 @@ class BrokerService:
         self.policies = PolicyService(storage.metadata, config)
         self.policies.add_listener(self._policies_changed)
         self.clusters = ClusterRegistry(storage.metadata, config)
+        self.schemas = SchemaRegistry(storage.metadata, self.policies)
         # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []

@@ -1,0 +1,123 @@
+"""The schema registry through the official client: registration, versions, compatibility
+refusals, decoding with the producer's schema, restarts and the admin REST API."""
+
+from __future__ import annotations
+
+import uuid
+
+import pulsar
+import pytest
+from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
+
+from tests.broker_process import BrokerProcess
+from tests.integration.conftest import make_client
+
+
+def _user(**fields: object) -> type[Record]:
+    """A record named ``User`` (versions of one schema share the record name, as in Avro)."""
+    return type("User", (Record,), dict(fields))
+
+
+UserV1 = _user(name=String())
+# A new field with a default: FULL-compatible with UserV1.
+UserV2 = _user(name=String(), age=Integer(required_default=True))
+# ``name`` gone and a required field without a default: incompatible both ways.
+UserBad = _user(email=String(required=True))
+
+
+def _rest_path(topic: str) -> str:
+    return "/admin/v2/schemas/" + topic.removeprefix("persistent://")
+
+
+def test_avro_versions_and_incompatible_producer(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    p1 = client.create_producer(topic, schema=AvroSchema(UserV1))
+    consumer = client.subscribe(topic, "sub", schema=AvroSchema(UserV1))
+    p1.send(UserV1(name="ada"))
+    msg = consumer.receive(10000)
+    assert msg.value().name == "ada"
+    p2 = client.create_producer(topic, schema=AvroSchema(UserV2))
+    p2.send(UserV2(name="bob", age=3))
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(UserBad))
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=StringSchema())
+    status, versions = broker.admin("GET", _rest_path(topic) + "/schemas")
+    assert status == 200, versions
+    assert [v["version"] for v in versions["getSchemaResponses"]] == [0, 1]
+    status, latest = broker.admin("GET", _rest_path(topic) + "/schema")
+    assert status == 200 and latest["version"] == 1 and latest["type"] == "AVRO"
+    assert '"age"' in latest["data"]
+    status, first = broker.admin("GET", _rest_path(topic) + "/schema/0")
+    assert status == 200 and '"age"' not in first["data"]
+
+
+def test_json_and_string_schemas(client: pulsar.Client, topic: str) -> None:
+    producer = client.create_producer(topic, schema=JsonSchema(UserV1))
+    consumer = client.subscribe(topic, "sub", schema=JsonSchema(UserV1))
+    producer.send(UserV1(name="json"))
+    assert consumer.receive(10000).value().name == "json"
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.subscribe(topic, "other", schema=JsonSchema(UserBad))
+    other = f"{topic}-s"
+    sp = client.create_producer(other, schema=StringSchema())
+    sc = client.subscribe(other, "sub", schema=StringSchema())
+    sp.send("hello")
+    assert sc.receive(10000).value() == "hello"
+
+
+def test_versions_survive_a_restart(fresh_broker: BrokerProcess) -> None:
+    broker = fresh_broker.start()
+    topic = f"persistent://public/default/r-{uuid.uuid4().hex[:8]}"
+    c = make_client(broker.service_url)
+    c.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    c.create_producer(topic, schema=AvroSchema(UserV2)).close()
+    c.close()
+    broker.restart()
+    c = make_client(broker.service_url)
+    try:
+        with pytest.raises(pulsar.IncompatibleSchema):
+            c.create_producer(topic, schema=AvroSchema(UserBad))
+        p = c.create_producer(topic, schema=AvroSchema(UserV2))
+        p.send(UserV2(name="after", age=1))
+        status, latest = broker.admin("GET", _rest_path(topic) + "/schema")
+        assert status == 200 and latest["version"] == 1
+    finally:
+        c.close()
+
+
+def test_always_incompatible_namespace_policy(broker: BrokerProcess, client: pulsar.Client) -> None:
+    ns = f"public/ns-{uuid.uuid4().hex[:8]}"
+    assert broker.admin("PUT", f"/admin/v2/namespaces/{ns}")[0] in (200, 204)
+    path = f"/admin/v2/namespaces/{ns}/schemaCompatibilityStrategy"
+    assert broker.admin("PUT", path, "ALWAYS_INCOMPATIBLE")[0] in (200, 204)
+    assert broker.admin("GET", path) == (200, "ALWAYS_INCOMPATIBLE")
+    topic = f"persistent://{ns}/t"
+    client.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(UserV2))
+    # The same schema again is its existing version, not a new one.
+    client.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    assert broker.admin("PUT", path, "FULL")[0] in (200, 204)
+    client.create_producer(topic, schema=AvroSchema(UserV2)).close()
+
+
+def test_rest_upload_compatibility_delete(broker: BrokerProcess, topic: str) -> None:
+    path = _rest_path(topic)
+    assert broker.admin("GET", path + "/schema")[0] == 404
+    v1 = AvroSchema(UserV1).schema_info().schema()
+    v2 = AvroSchema(UserV2).schema_info().schema()
+    bad = AvroSchema(UserBad).schema_info().schema()
+    status, body = broker.admin("POST", path + "/schema", {"type": "AVRO", "schema": v1})
+    assert (status, body) == (200, {"version": {"version": 0}}) or body == {"version": 0}
+    status, body = broker.admin("POST", path + "/compatibility", {"type": "AVRO", "schema": bad})
+    assert status == 200 and body["compatibility"] is False
+    assert body["schemaCompatibilityStrategy"] == "FULL"
+    status, body = broker.admin("POST", path + "/compatibility", {"type": "AVRO", "schema": v2})
+    assert status == 200 and body["compatibility"] is True
+    status, body = broker.admin("POST", path + "/schema", {"type": "AVRO", "schema": bad})
+    assert status == 409, body
+    status, body = broker.admin("DELETE", path + "/schema")
+    assert status == 200
+    assert broker.admin("GET", path + "/schema")[0] == 404
