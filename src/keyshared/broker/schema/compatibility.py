@@ -7,6 +7,7 @@ with a schema of the same type (Pulsar's default checker) and never with another
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -68,9 +69,22 @@ class IncompatibleSchemaError(Exception):
     """The schema breaks the strategy; the message says why (sent to the client)."""
 
 
-def _parse(data: bytes) -> avro.schema.Schema:
+def _parse(data: bytes, *, named_as: bytes | None = None) -> avro.schema.Schema:
+    """The Avro schema of ``data``; with ``named_as``, its top-level record takes that
+    definition's name: Pulsar checks with Avro's resolving grammar, which matches the top-level
+    records whatever their names (clients name them after their classes, User1 then User2)."""
     try:
-        return avro.schema.parse(data.decode())
+        text = data.decode()
+        if named_as is not None:
+            tree, other = json.loads(text), json.loads(named_as)
+            if isinstance(tree, dict) and isinstance(other, dict):
+                for key in ("name", "namespace"):
+                    if key in other:
+                        tree[key] = other[key]
+                    else:
+                        tree.pop(key, None)
+                text = json.dumps(tree)
+        return avro.schema.parse(text)
     except (UnicodeDecodeError, avro.errors.AvroException, ValueError) as exc:
         raise IncompatibleSchemaError(f"Invalid schema definition: {exc}") from None
 
@@ -85,7 +99,9 @@ def _can_read(reader: Definition, writer: Definition) -> str | None:
     if reader.type not in AVRO_TYPES or reader.data == writer.data:
         return None
     checker = avro.compatibility.ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
-    result = checker.get_compatibility(_parse(reader.data), _parse(writer.data))
+    result = checker.get_compatibility(
+        _parse(reader.data, named_as=writer.data), _parse(writer.data)
+    )
     if result.compatibility is avro.compatibility.SchemaCompatibilityType.compatible:
         return None
     detail = "; ".join(sorted(str(m) for m in result.messages))
