@@ -150,3 +150,39 @@ def test_admin_cli_schemas(broker: BrokerProcess, topic: str, tmp_path: Path) ->
     ] == [0]
     run(broker, "schemas", "delete", topic)
     run(broker, "schemas", "get", topic, expect=1)
+
+
+def test_dashboard_overview_shows_the_schema(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    producer = client.create_producer(topic, schema=AvroSchema(UserV1))
+    producer.send(UserV1(name="x"))
+    status, body = broker.admin("GET", "/dashboard/api/overview")
+    assert status == 200
+    mine = [t for t in body["topics"] if t["name"] == topic]
+    assert mine and mine[0]["schema"]["type"] == "AVRO" and mine[0]["schema"]["version"] == 0
+    assert '"User"' in mine[0]["schema"]["data"]
+
+
+def test_deleting_the_topic_deletes_its_schema(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    client.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    assert broker.admin("GET", _rest_path(topic) + "/schema")[0] == 200
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+    assert broker.admin("DELETE", path)[0] == 204
+    assert broker.admin("GET", _rest_path(topic) + "/schema")[0] == 404
+    # A new topic of that name starts over with any schema.
+    client.create_producer(topic, schema=AvroSchema(UserBad)).close()
+
+
+def test_partitions_share_the_schema(broker: BrokerProcess, client: pulsar.Client) -> None:
+    topic = f"persistent://public/default/p-{uuid.uuid4().hex[:8]}"
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://") + "/partitions"
+    assert broker.admin("PUT", path, 3)[0] == 204
+    producer = client.create_producer(topic, schema=AvroSchema(UserV1))
+    producer.send(UserV1(name="p"))
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic + "-partition-2", schema=AvroSchema(UserBad))
+    status, body = broker.admin("GET", _rest_path(topic) + "/schema")
+    assert status == 200 and body["version"] == 0

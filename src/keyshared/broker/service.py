@@ -247,6 +247,10 @@ class BrokerService:
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)
         self.storage.metadata.delete(topic_epoch_key(name))
+        if name.partition_index < 0:
+            # As Pulsar: a deleted topic takes its schema along (a partition's is the
+            # partitioned topic's, deleted with it).
+            self.schemas.delete(name)
 
     async def delete_partitioned_topic(self, name: TopicName, *, force: bool = False) -> None:
         """Delete every partition and the partitioned topic's metadata."""
@@ -258,6 +262,7 @@ class BrokerService:
             if self.topic_exists(part):
                 await self.delete_topic(part, force=force)
         self.storage.metadata.delete(PARTITIONS_PREFIX + name.full)
+        self.schemas.delete(name)
 
     def start_background_tasks(self) -> None:
         """Start the periodic work: persisting changed cursor state."""
