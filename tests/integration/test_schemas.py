@@ -150,6 +150,19 @@ def test_admin_cli_schemas(broker: BrokerProcess, topic: str, tmp_path: Path) ->
     ] == [0]
     run(broker, "schemas", "delete", topic)
     run(broker, "schemas", "get", topic, expect=1)
+    ns = f"public/cli-{uuid.uuid4().hex[:8]}"
+    run(broker, "namespaces", "create", ns)
+    get = ("namespaces", "get-schema-compatibility-strategy", ns)
+    assert run(broker, *get).stdout.strip() == "UNDEFINED"
+    run(broker, "namespaces", "set-schema-compatibility-strategy", ns, "-c", "BACKWARD")
+    assert run(broker, *get).stdout.strip() == "BACKWARD"
+    run(broker, "namespaces", "set-schema-compatibility-strategy", ns, "-c", "SIDEWAYS", expect=1)
+    flag = ("namespaces", "get-schema-validation-enforce", ns)
+    assert out_json(run(broker, *flag)) is False
+    run(broker, "namespaces", "set-schema-validation-enforce", ns, "--enable")
+    assert out_json(run(broker, *flag)) is True
+    run(broker, "namespaces", "set-is-allow-auto-update-schema", ns, "--disable")
+    assert out_json(run(broker, "namespaces", "get-is-allow-auto-update-schema", ns)) is False
 
 
 def test_dashboard_overview_shows_the_schema(

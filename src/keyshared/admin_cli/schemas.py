@@ -1,4 +1,5 @@
-"""``keyshared admin schemas ...`` (pulsar-admin's schema commands)."""
+"""``keyshared admin schemas ...`` (pulsar-admin's schema commands), and the namespace schema
+policy commands pulsar-admin lists under ``namespaces``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 import typer
 
-from keyshared.admin_cli.args import print_json, seg
+from keyshared.admin_cli.args import namespace_path, print_json, seg
 from keyshared.admin_cli.http import AdminHttp
+from keyshared.admin_cli.namespaces import NS
+from keyshared.admin_cli.namespaces import app as namespaces_app
 from keyshared.broker.topic_name import InvalidTopicName, TopicName
 
 app = typer.Typer(help="Operations about schemas.", no_args_is_help=True)
@@ -72,3 +75,50 @@ def compatibility(ctx: typer.Context, topic: str = TOPIC, filename: Path = _FILE
     """Whether a schema could be added to the topic under its compatibility strategy."""
     http: AdminHttp = ctx.obj
     print_json(http.call("POST", _schema_path(topic, "compatibility"), _payload(filename)))
+
+
+# --- the namespace schema policies (pulsar-admin lists them under ``namespaces``) -------------
+@namespaces_app.command("get-schema-compatibility-strategy")
+def get_strategy(ctx: typer.Context, namespace: str = NS) -> None:
+    """Show the namespace's schema compatibility strategy (UNDEFINED: the broker's applies)."""
+    http: AdminHttp = ctx.obj
+    typer.echo(http.call("GET", namespace_path(namespace, "schemaCompatibilityStrategy")))
+
+
+@namespaces_app.command("set-schema-compatibility-strategy")
+def set_strategy(
+    ctx: typer.Context,
+    namespace: str = NS,
+    compatibility: str = typer.Option(
+        ..., "--compatibility", "-c", help="ALWAYS_COMPATIBLE, BACKWARD, FULL_TRANSITIVE, ..."
+    ),
+) -> None:
+    """Set the namespace's schema compatibility strategy."""
+    http: AdminHttp = ctx.obj
+    http.call("PUT", namespace_path(namespace, "schemaCompatibilityStrategy"), compatibility)
+
+
+def _flag_commands(name: str, policy: str, what: str) -> None:
+    def get_flag(ctx: typer.Context, namespace: str = NS) -> None:
+        http: AdminHttp = ctx.obj
+        print_json(http.call("GET", namespace_path(namespace, policy)))
+
+    def set_flag(
+        ctx: typer.Context,
+        namespace: str = NS,
+        enable: bool = typer.Option(False, "--enable", "-e", help=f"enable {what}"),
+        disable: bool = typer.Option(False, "--disable", "-d", help=f"disable {what}"),
+    ) -> None:
+        if enable == disable:
+            raise typer.BadParameter("give exactly one of --enable or --disable")
+        http: AdminHttp = ctx.obj
+        http.call("POST", namespace_path(namespace, policy), enable)
+
+    get_flag.__doc__ = f"Show whether {what} is on for the namespace."
+    set_flag.__doc__ = f"Turn {what} on or off for the namespace."
+    namespaces_app.command(f"get-{name}")(get_flag)
+    namespaces_app.command(f"set-{name}")(set_flag)
+
+
+_flag_commands("is-allow-auto-update-schema", "isAllowAutoUpdateSchema", "schema auto-update")
+_flag_commands("schema-validation-enforce", "schemaValidationEnforced", "schema validation")
