@@ -199,3 +199,24 @@ def test_partitions_share_the_schema(broker: BrokerProcess, client: pulsar.Clien
         client.create_producer(topic + "-partition-2", schema=AvroSchema(UserBad))
     status, body = broker.admin("GET", _rest_path(topic) + "/schema")
     assert status == 200 and body["version"] == 0
+
+
+def test_validation_enforced_and_auto_update_policies(
+    broker: BrokerProcess, client: pulsar.Client
+) -> None:
+    ns = f"public/ns-{uuid.uuid4().hex[:8]}"
+    assert broker.admin("PUT", f"/admin/v2/namespaces/{ns}")[0] == 204
+    topic = f"persistent://{ns}/t"
+    client.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    # Not enforced (the default): a producer without a schema may publish.
+    client.create_producer(topic).close()
+    base = f"/admin/v2/namespaces/{ns}"
+    assert broker.admin("POST", base + "/schemaValidationEnforced", True)[0] == 204
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic)
+    assert broker.admin("POST", base + "/isAllowAutoUpdateSchema", False)[0] == 204
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(UserV2))
+    client.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    assert broker.admin("POST", base + "/isAllowAutoUpdateSchema", True)[0] == 204
+    client.create_producer(topic, schema=AvroSchema(UserV2)).close()
