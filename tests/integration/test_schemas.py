@@ -220,3 +220,16 @@ def test_validation_enforced_and_auto_update_policies(
     client.create_producer(topic, schema=AvroSchema(UserV1)).close()
     assert broker.admin("POST", base + "/isAllowAutoUpdateSchema", True)[0] == 204
     client.create_producer(topic, schema=AvroSchema(UserV2)).close()
+
+
+def test_consumer_schema_registered_only_on_an_idle_topic(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    # An idle topic takes the first consumer's schema.
+    client.subscribe(topic, "sub", schema=AvroSchema(UserV1)).close()
+    assert broker.admin("GET", _rest_path(topic) + "/schema")[1]["version"] == 0
+    # A topic with data and no schema accepts a consumer's schema without registering it.
+    other = f"{topic}-busy"
+    client.create_producer(other).send(b"raw bytes")
+    client.subscribe(other, "sub", schema=AvroSchema(UserV1)).close()
+    assert broker.admin("GET", _rest_path(other) + "/schema")[0] == 404

@@ -743,7 +743,11 @@ class ServerConnection(asyncio.Protocol):
                 )
             topic = self.service.get_any_topic(name, create=r.force_topic_creation)
             if r.HasField("schema"):
-                self.service.schemas.for_consumer(name, schema_commands.schema_tuple(r.schema))
+                self.service.schemas.for_consumer(
+                    name,
+                    schema_commands.schema_tuple(r.schema),
+                    idle=schema_commands.topic_is_idle(topic),
+                )
             sub_type = SubType(r.subType)
             if r.read_compacted and sub_type not in (SubType.Exclusive, SubType.Failover):
                 raise BrokerError(

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import cast
 
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.broker.nonpersistent_topic import NonPersistentTopic
 from keyshared.broker.schema import SchemaRegistry, StoredSchema, version_bytes
 from keyshared.broker.schema.registry import version_of
+from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import TopicName
 from keyshared.protocol import pb
 
@@ -28,6 +30,14 @@ def to_wire(name: TopicName, stored: StoredSchema) -> pb.Schema:
         type=cast("pb.Schema.Type", stored.type),
         properties=[pb.KeyValue(key=k, value=v) for k, v in stored.properties.items()],
     )
+
+
+def topic_is_idle(topic: PersistentTopic | NonPersistentTopic) -> bool:
+    """No producer, no consumer and nothing stored: a consumer's schema may become the topic's
+    first (Pulsar's ``addSchemaIfIdleOrCheckCompatible``)."""
+    if len(topic.producers) or any(sub.consumers for sub in topic.subscriptions.values()):
+        return False
+    return isinstance(topic, NonPersistentTopic) or topic.ledger.total_size == 0
 
 
 def get_schema(registry: SchemaRegistry, name: TopicName, r: pb.CommandGetSchema) -> T:

@@ -198,15 +198,19 @@ class SchemaRegistry:
         type_, data, properties = schema
         return self.put(topic, type_, data, properties, auto_update=self.allow_auto_update(topic))
 
-    def for_consumer(self, topic: TopicName, schema: tuple[int, bytes, dict[str, str]]) -> None:
-        """Check a consumer's schema: registered when the topic has none, else it must be
-        compatible with the topic's (Pulsar's ``addSchemaIfIdleOrCheckCompatible``)."""
+    def for_consumer(
+        self, topic: TopicName, schema: tuple[int, bytes, dict[str, str]], *, idle: bool = True
+    ) -> None:
+        """Check a consumer's schema (Pulsar's ``addSchemaIfIdleOrCheckCompatible``): on a topic
+        without a schema it is registered when the topic is ``idle`` (no producer, consumer or
+        stored data), else accepted as is; on a topic with one it must be compatible."""
         type_, data, properties = schema
         if type_ == NONE_TYPE:
             return
         versions = self.versions(topic)
         if not versions:
-            self._add(topic, type_, data, properties)
+            if idle:
+                self._add(topic, type_, data, properties)
             return
         if self._find(versions, type_, data) is not None:
             return
