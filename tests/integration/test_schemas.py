@@ -233,3 +233,19 @@ def test_consumer_schema_registered_only_on_an_idle_topic(
     client.create_producer(other).send(b"raw bytes")
     client.subscribe(other, "sub", schema=AvroSchema(UserV1)).close()
     assert broker.admin("GET", _rest_path(other) + "/schema")[0] == 404
+
+
+def test_topic_strategy_policy_overrides_the_namespace(
+    broker: BrokerProcess, client: pulsar.Client, topic: str
+) -> None:
+    client.create_producer(topic, schema=AvroSchema(UserV1)).close()
+    path = "/admin/v2/persistent/" + topic.removeprefix("persistent://")
+    path += "/schemaCompatibilityStrategy"
+    assert broker.admin("GET", path) == (200, None)
+    assert broker.admin("PUT", path, "NOT_A_STRATEGY")[0] == 412
+    assert broker.admin("PUT", path, "ALWAYS_INCOMPATIBLE")[0] == 204
+    assert broker.admin("GET", path) == (200, "ALWAYS_INCOMPATIBLE")
+    with pytest.raises(pulsar.IncompatibleSchema):
+        client.create_producer(topic, schema=AvroSchema(UserV2))
+    assert broker.admin("DELETE", path)[0] == 204
+    client.create_producer(topic, schema=AvroSchema(UserV2)).close()

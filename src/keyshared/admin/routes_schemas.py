@@ -1,6 +1,7 @@
 """Pulsar's ``SchemasResource`` (``/admin/v2/schemas/{tenant}/{namespace}/{topic}/...``) and the
 namespace schema policies (``schemaCompatibilityStrategy``, ``isAllowAutoUpdateSchema``,
-``schemaValidationEnforced``), over the broker's schema registry (broker/schema/).
+``schemaValidationEnforced``) and the topic policy ``schemaCompatibilityStrategy``, over the
+broker's schema registry (broker/schema/).
 
 JSON as Pulsar's: ``GetSchemaResponse`` (version, type, timestamp, data, properties),
 ``GetAllVersionsSchemaResponse`` (getSchemaResponses), ``PostSchemaPayload`` (type, schema,
@@ -33,6 +34,7 @@ from keyshared.broker.topic_name import TopicName
 
 _SCHEMA = "/admin/v2/schemas/{tenant}/{namespace}/{topic}"
 _NS = "/admin/v2/namespaces/{tenant}/{namespace}"
+_TOPIC = "/admin/v2/persistent/{tenant}/{namespace}/{topic}"
 
 
 class PostSchemaPayload(BaseModel):
@@ -173,6 +175,32 @@ def schema_routes(service: BrokerService) -> APIRouter:
 
     for policy in ("isAllowAutoUpdateSchema", "schemaValidationEnforced"):
         _flag_routes(router, resolve, store, policy)
+
+    # --- topic policies ----------------------------------------------------------------------
+    @router.get(_TOPIC + "/schemaCompatibilityStrategy")
+    async def get_topic_strategy(tenant: str, namespace: str, topic: str) -> Any:
+        """The topic's own strategy (null when it sets none)."""
+        name = resolve.policy_topic(tenant, namespace, topic)
+        return store.topic_value(name.full, "schemaCompatibilityStrategy")
+
+    @router.put(_TOPIC + "/schemaCompatibilityStrategy", status_code=204)
+    async def set_topic_strategy(
+        tenant: str, namespace: str, topic: str, value: Annotated[str, Body()]
+    ) -> Response:
+        """Set the topic's strategy."""
+        name = resolve.policy_topic(tenant, namespace, topic)
+        if value not in STRATEGIES:
+            raise RestError(412, f"Invalid schema compatibility strategy {value}")
+        store.update_topic(name.full, {"schemaCompatibilityStrategy": value})
+        return no_content()
+
+    @router.delete(_TOPIC + "/schemaCompatibilityStrategy", status_code=204)
+    async def remove_topic_strategy(tenant: str, namespace: str, topic: str) -> Response:
+        """Remove the topic's strategy (the namespace's or broker's applies)."""
+        name = resolve.policy_topic(tenant, namespace, topic)
+        store.update_topic(name.full, {"schemaCompatibilityStrategy": None})
+        return no_content()
+
     return router
 
 
