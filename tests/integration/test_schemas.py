@@ -11,8 +11,10 @@ import pulsar
 import pytest
 from pulsar.schema import AvroSchema, Integer, JsonSchema, Record, String, StringSchema
 
+from keyshared.protocol import encode_command, pb
 from tests.broker_process import BrokerProcess
 from tests.integration.conftest import make_client
+from tests.raw_client import RawClient
 
 
 def _user(**fields: object) -> type[Record]:
@@ -249,3 +251,75 @@ def test_topic_strategy_policy_overrides_the_namespace(
         client.create_producer(topic, schema=AvroSchema(UserV2))
     assert broker.admin("DELETE", path)[0] == 204
     client.create_producer(topic, schema=AvroSchema(UserV2)).close()
+
+
+def _send(raw: RawClient, cmd: pb.BaseCommand) -> pb.BaseCommand:
+    raw.send(encode_command(cmd))
+    return raw.recv(timeout=10).command
+
+
+def test_raw_schema_commands_and_bad_input(broker: BrokerProcess, topic: str) -> None:
+    T = pb.BaseCommand
+    avro = AvroSchema(UserV1).schema_info().schema().encode()
+    with RawClient.to(broker.service_url) as raw:
+        raw.handshake()
+        got = _send(
+            raw,
+            T(
+                type=T.GET_OR_CREATE_SCHEMA,
+                getOrCreateSchema=pb.CommandGetOrCreateSchema(
+                    request_id=raw.request_id(),
+                    topic=topic,
+                    schema=pb.Schema(name="t", schema_data=avro, type=pb.Schema.Avro),
+                ),
+            ),
+        )
+        assert got.getOrCreateSchemaResponse.schema_version == b"\0" * 8
+        got = _send(
+            raw,
+            T(
+                type=T.GET_SCHEMA,
+                getSchema=pb.CommandGetSchema(
+                    request_id=raw.request_id(), topic=topic, schema_version=b"\0" * 8
+                ),
+            ),
+        )
+        r = got.getSchemaResponse
+        assert not r.HasField("error_code") and bytes(r.schema.schema_data) == avro
+        # A version that is not 8 bytes, or an unknown one: an error naming it, not a crash.
+        got = _send(
+            raw,
+            T(
+                type=T.GET_SCHEMA,
+                getSchema=pb.CommandGetSchema(
+                    request_id=raw.request_id(), topic=topic, schema_version=b"\1"
+                ),
+            ),
+        )
+        assert "Invalid schema version" in got.getSchemaResponse.error_message
+        got = _send(
+            raw,
+            T(
+                type=T.GET_SCHEMA,
+                getSchema=pb.CommandGetSchema(
+                    request_id=raw.request_id(), topic=topic, schema_version=b"\0" * 7 + b"\7"
+                ),
+            ),
+        )
+        assert got.getSchemaResponse.error_code == pb.TopicNotFound
+        # An AVRO schema whose definition is not Avro is refused by name.
+        got = _send(
+            raw,
+            T(
+                type=T.GET_OR_CREATE_SCHEMA,
+                getOrCreateSchema=pb.CommandGetOrCreateSchema(
+                    request_id=raw.request_id(),
+                    topic=f"{topic}-bad",
+                    schema=pb.Schema(name="t", schema_data=b"{nope", type=pb.Schema.Avro),
+                ),
+            ),
+        )
+        resp = got.getOrCreateSchemaResponse
+        assert resp.error_code == pb.IncompatibleSchema
+        assert "Invalid schema definition" in resp.error_message
+        raw.ping_pong()

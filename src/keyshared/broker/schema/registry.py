@@ -208,10 +208,6 @@ class SchemaRegistry:
         if type_ == NONE_TYPE:
             return
         versions = self.versions(topic)
-        if not versions:
-            if idle:
-                self._add(topic, type_, data, properties)
-            return
         if self._find(versions, type_, data) is not None:
             return
         try:
@@ -220,6 +216,8 @@ class SchemaRegistry:
             )
         except IncompatibleSchemaError as exc:
             raise _incompatible(f"Trying to subscribe with incompatible schema: {exc}") from None
+        if not versions and idle:
+            self._add(topic, type_, data, properties)
 
     def delete(self, topic: TopicName) -> int | None:
         """Delete ``topic``'s schema (all versions); the deleted version, None if none."""
