@@ -79,6 +79,9 @@ class BrokerConfig:
     webServicePort: int = 8080
     webServicePortTls: int = 0
     clusterName: str = "standalone"
+    # name:pulsar://host:port[,name:pulsar+ssl://host:port,...] (server/listeners.py).
+    advertisedListeners: str = ""
+    internalListenerName: str = ""
     # --- storage -------------------------------------------------------------------------
     dataDir: str = "./data"
     journalSyncData: bool = True
