@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck check proto bench demo clean deps-browser
+.PHONY: run test lint typecheck check proto bench demo clean deps-browser deps-fuse
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +31,17 @@ deps-browser:
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "deps-browser: could not install chromium; the dashboard test needs it"
 
+# Debian's fuse3 for the power-loss tests' FUSE layer (tests/fault), only when missing (CI is root).
+deps-fuse:
+	@command -v fusermount3 >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null; } || \
+	  echo "deps-fuse: could not install fuse3; the power-loss tests need it"
+
 # Two workers: the integration tests mostly wait on brokers and clients, so they overlap well
 # with the CPU-bound simulation and property tests on a 2-core machine. Spark tests share one
 # worker (one SparkSession, one JVM).
-test: $(STAMP) check deps-browser
+test: $(STAMP) check deps-browser deps-fuse
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 proto: $(STAMP)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,25 @@ NO_OP_PREFIXES: dict[str, str] = {
 """Families of Pulsar keys accepted as no-ops, by prefix, with the reason."""
 
 
+SUBSCRIPTION_TYPES = ("Exclusive", "Shared", "Failover", "Key_Shared")
+"""Pulsar's subscription type names, as ``subscriptionTypesEnabled`` and its policies list them."""
+
+
+def parse_subscription_types(value: str | Iterable[str]) -> frozenset[str]:
+    """Subscription type names from a comma-separated setting or a policy list.
+
+    Raises ``ValueError`` naming the first unknown type.
+    """
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = [n.strip() for n in items if n.strip()]
+    for n in names:
+        if n not in SUBSCRIPTION_TYPES:
+            raise ValueError(
+                f"Unknown subscription type {n!r}; known: {', '.join(SUBSCRIPTION_TYPES)}"
+            )
+    return frozenset(names)
+
+
 def no_op_reason(key: str) -> str | None:
     """Why ``key`` is accepted and ignored, or None when it is not a known no-op."""
     if key in NO_OP_KEYS:
@@ -79,6 +98,9 @@ class BrokerConfig:
     webServicePort: int = 8080
     webServicePortTls: int = 0
     clusterName: str = "standalone"
+    # name:pulsar://host:port[,name:pulsar+ssl://host:port,...] (server/listeners.py).
+    advertisedListeners: str = ""
+    internalListenerName: str = ""
     # --- storage -------------------------------------------------------------------------
     dataDir: str = "./data"
     journalSyncData: bool = True
@@ -221,10 +243,8 @@ class BrokerConfig:
         if key in _POSITIVE and not (isinstance(value, int | float) and value > 0):
             raise ConfigError(f"{key}: must be greater than 0, got {raw.strip()!r}")
         if key == "subscriptionTypesEnabled":
-            from keyshared.broker.sub_types import parse_types
-
             try:
-                parse_types(str(value))
+                parse_subscription_types(str(value))
             except ValueError as exc:
                 raise ConfigError(f"{key}: {exc}") from None
         if key == "schemaCompatibilityStrategy" and value not in _SCHEMA_STRATEGIES:

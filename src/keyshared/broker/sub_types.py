@@ -8,28 +8,18 @@ is :meth:`keyshared.broker.policies.PolicyService.enabled_sub_types`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from keyshared.broker.consumer import SubType
 from keyshared.broker.errors import BrokerError, ServerError
+from keyshared.config import SUBSCRIPTION_TYPES, parse_subscription_types
 
 POLICY_KEY = "subscription_types_enabled"
 """The field of the namespace ``Policies`` (and of our stored topic policies)."""
 
-ALL_TYPES = tuple(t.name for t in SubType)
+ALL_TYPES = SUBSCRIPTION_TYPES
+# config.py names the types without importing the broker: the two lists must be the same.
+assert {t.name for t in SubType} == set(ALL_TYPES)
 
-
-def parse_types(value: str | Iterable[str]) -> frozenset[str]:
-    """Subscription type names from a comma-separated setting or a policy list.
-
-    Raises ``ValueError`` naming the first unknown type.
-    """
-    items = value.split(",") if isinstance(value, str) else list(value)
-    names = [n.strip() for n in items if n.strip()]
-    for n in names:
-        if n not in ALL_TYPES:
-            raise ValueError(f"Unknown subscription type {n!r}; known: {', '.join(ALL_TYPES)}")
-    return frozenset(names)
+parse_types = parse_subscription_types
 
 
 def check_enabled(topic: str, sub_type: SubType, enabled: frozenset[str]) -> None:

@@ -209,6 +209,11 @@ class PersistentTopic:
                 f"Topic {self.name}: the broker's data directory is full"
                 f" ({disk.usage * 100:.1f}% used): no new entries until space is freed",
             )
+        if self.ledger.backing_off:
+            raise BrokerError(
+                ServerError.PersistenceError,
+                f"Topic {self.name}: a write to its ledger failed; retrying after a back-off",
+            )
         return self.producers.add(producer, on_wait_done)
 
     def _producer_name_added(self, producer_name: str) -> None:
@@ -327,16 +332,16 @@ class PersistentTopic:
 
             def stored(f: asyncio.Future[None]) -> None:
                 pos, exc = _outcome(f, position)
-                if exc is not None and is_disk_full(exc):
-                    self._close_producer_on_full_disk(producer)
+                if exc is not None:
+                    self._close_producer_on_write_failure(producer, exc)
                 on_done(pos, exc)
 
             fut.add_done_callback(stored)
             return
 
         def answered(pos: Position | None, exc: BaseException | None) -> None:
-            if exc is not None and is_disk_full(exc):
-                self._close_producer_on_full_disk(producer)
+            if exc is not None:
+                self._close_producer_on_write_failure(producer, exc)
             on_done(pos, exc)
 
         try:
@@ -358,25 +363,24 @@ class PersistentTopic:
     def _refused(self, producer: Producer, exc: StorageError, on_done: PublishCallback) -> None:
         """The ledger refused the entry (a full disk, or a ledger that cannot be created and is
         backing off): nothing was stored."""
-        if is_disk_full(exc):
-            self._close_producer_on_full_disk(producer)
+        self._close_producer_on_write_failure(producer, exc)
         on_done(None, exc)
 
-    def _close_producer_on_full_disk(self, producer: Producer) -> None:
-        """Close ``producer`` (not its connection) when its sends fail for lack of space.
+    def _close_producer_on_write_failure(self, producer: Producer, exc: BaseException) -> None:
+        """Close ``producer`` (not its connection) when its sends cannot be stored.
 
         The official clients close the whole connection, consumers included, on a SEND_ERROR
-        other than ChecksumError, then reconnect and resend at once: a retry storm on a full
-        disk. Closed, the producer reconnects with its client's growing back-off, its creation
-        is refused (PersistenceError) while the disk is full, and its pending sends are resent
-        once there is room, or fail with its send timeout. Sends already in flight for it get
-        no answer: its client resends them. Receipts of earlier sends were written before.
+        other than ChecksumError, then reconnect and resend at once: a retry storm on a full or
+        failing disk. Closed, the producer reconnects with its client's growing back-off, its
+        creation is refused (PersistenceError) while the disk is full or the ledger backs off
+        after a failed write, and its pending sends are resent once writes work again, or fail
+        with its send timeout. Sends already in flight for it get no answer: its client resends
+        them. Receipts of earlier sends were written before.
         """
         if producer.closed:
             return
-        log.warning(
-            "%s: closing producer %s: the data directory is full", self.name, producer.producer_name
-        )
+        why = "the data directory is full" if is_disk_full(exc) else f"a write failed: {exc}"
+        log.warning("%s: closing producer %s: %s", self.name, producer.producer_name, why)
         self.remove_producer(producer)
         producer.transport.close_producer(producer)
 

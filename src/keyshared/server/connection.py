@@ -439,8 +439,8 @@ class ServerConnection(asyncio.Protocol):
             self.service.check_partition_name(name)
             resp.response = pb.CommandLookupTopicResponse.Connect
             resp.authoritative = True
-            resp.brokerServiceUrl = self.server.service_url(self.transport, tls=False)
-            tls_url = self.server.service_url(self.transport, tls=True)
+            url, tls_url = self.server.lookup_urls(self.transport, r.advertised_listener_name)
+            resp.brokerServiceUrl = url
             if tls_url:
                 resp.brokerServiceUrlTls = tls_url
         except BrokerError as exc:

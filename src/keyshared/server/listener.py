@@ -11,6 +11,7 @@ from keyshared import __version__
 from keyshared.broker.service import BrokerService
 from keyshared.config import BrokerConfig
 from keyshared.server.connection import ServerConnection
+from keyshared.server.listeners import listener_for, parse_listeners
 from keyshared.server.publish_buffer import PublishThrottle
 
 
@@ -53,6 +54,7 @@ class BrokerServer:
         self.authenticator = authenticator
         self.authorizer = authorizer
         self.ssl_context = ssl_context
+        self.listeners, self.internal_listener = parse_listeners(service.config)
         self.version = __version__
         self.connections: set[ServerConnection] = set()
         cfg = self.config
@@ -104,6 +106,14 @@ class BrokerServer:
     def new_producer_name(self) -> str:
         """A broker-assigned producer name, unique for this broker's lifetime."""
         return f"{self.config.clusterName}-{id(self) & 0xFFFF:x}-{next(self._names)}"
+
+    def lookup_urls(self, transport: Any, listener_name: str = "") -> tuple[str, str]:
+        """(pulsar URL, pulsar+ssl URL or "") a lookup answers, for the listener asked for (or
+        the internal one); BrokerError if the broker has no listener of that name."""
+        listener = listener_for(self.listeners, self.internal_listener, listener_name)
+        if listener is not None:
+            return listener.url, listener.url_tls
+        return self.service_url(transport, tls=False), self.service_url(transport, tls=True)
 
     def service_url(self, transport: Any, *, tls: bool) -> str:
         """The URL clients should use, on the address they reached us at."""

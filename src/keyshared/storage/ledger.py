@@ -189,9 +189,14 @@ class ManagedLedger:
         ml._last_position = ml._lac
         return ml
 
+    @property
+    def backing_off(self) -> bool:
+        """True while a failed ledger creation or a failed write holds new ledgers back."""
+        return time.monotonic() - self._creation_failed_at < LEDGER_CREATION_BACKOFF_SECONDS
+
     def _start_ledger(self, extra: tuple[tuple[str, bytes], ...]) -> _Ledger:
         """Allocate a ledger, record it in metadata, then create its file."""
-        if time.monotonic() - self._creation_failed_at < LEDGER_CREATION_BACKOFF_SECONDS:
+        if self.backing_off:
             raise StorageError(f"{self._name}: waiting for new ledger creation to complete")
         ledger_id, counter_item = self._ctx.allocate_ledger_id()
         led = _Ledger(ledger_id, 0, 0, _State.OPEN)
@@ -395,18 +400,31 @@ class ManagedLedger:
             # failed), and once it is closed they report to nobody: count them all now, or
             # close() would wait for them for ever.
             self._pending -= led.entries - led.durable
-            self._fail_ledger(led)
+            self._fail_ledger(led, err)
         if self._closed and self._pending == 0:
             self._finish_close()
 
-    def _fail_ledger(self, led: _Ledger) -> None:
+    def _fail_ledger(self, led: _Ledger, err: StorageError) -> None:
         # Entries after the last durable one never existed: close the ledger there and move on.
+        # Fail-stop: a write or sync that failed is never retried on that ledger (after a
+        # failed fsync the kernel may have dropped the dirty pages, so a later fsync that
+        # succeeds proves nothing about them); its entries are never confirmed.
         log.error(
-            "%s: ledger %d failed, closing it at %d entries", self._name, led.ledger_id, led.durable
+            "%s: ledger %d failed (%s), closing it at %d entries",
+            self._name,
+            led.ledger_id,
+            err,
+            led.durable,
         )
         self._cache.drop(led.cache, led.ledger_id, led.durable)
         was_current = led is self._current
         self._close_ledger(led)
+        if not is_disk_full(err):
+            # A failing disk: the next ledger is tried after the creation back-off, not at
+            # once, so that a disk failing every write does not burn a ledger a send.
+            self._creation_failed_at = time.monotonic()
+            self._persist_quietly()
+            return
         # On a full disk the next append starts the new ledger, once there is room again.
         if was_current and not self._closed and self._ctx.disk.writable():
             try:

@@ -192,9 +192,14 @@ class Segment:
                 size - end,
                 end,
             )
-            os.ftruncate(fd, end)
-            if sync:
-                os.fsync(fd)
+            try:
+                os.ftruncate(fd, end)
+                if sync:
+                    os.fsync(fd)
+            except OSError as exc:
+                # The records found stay what they are; a failing disk must not also stop the
+                # reads of what it holds. The next open cuts the tail again.
+                log.warning("ledger %d: cannot cut its tail: %s", ledger_id, exc)
         if indexed < len(offsets) or _index_length(ipath) != len(INDEX_MAGIC) + 8 * len(offsets):
             _rewrite_index(ipath, offsets, indexed)
         return cls(directory, ledger_id, fd, -1, offsets, end)

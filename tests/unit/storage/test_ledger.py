@@ -11,6 +11,7 @@ import pytest
 from crc32c import crc32c
 
 import keyshared.storage.journal as journal_mod
+import keyshared.storage.ledger as ledger_mod
 from keyshared.storage.config import StorageConfig
 from keyshared.storage.entry import Entry
 from keyshared.storage.errors import StorageError
@@ -456,9 +457,16 @@ def test_write_failure_fails_appends_and_moves_to_a_new_ledger(
         with pytest.raises(StorageError):
             await fut
         fail["on"] = False
-        assert ml.current_ledger_id != first_ledger
+        # Fail-stop: the failed ledger takes nothing more, and no new ledger is made before
+        # the back-off (a disk failing every write would otherwise burn a ledger a send).
+        assert ml.backing_off
+        with pytest.raises(StorageError, match="waiting for new ledger creation"):
+            ml.add_entry(b"too soon")
+        monkeypatch.setattr(ledger_mod, "LEDGER_CREATION_BACKOFF_SECONDS", 0.0)
+        assert not ml.backing_off
         assert ml.last_add_confirmed == good[-1]
         later = await fill(ml, 2, start=3)
+        assert ml.current_ledger_id != first_ledger
         assert later[0] == Position(ml.current_ledger_id, 0)
         assert [e.position for e in await all_entries(ml)] == good + later
         assert ml.number_of_entries == 5
