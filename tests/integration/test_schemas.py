@@ -323,3 +323,27 @@ def test_raw_schema_commands_and_bad_input(broker: BrokerProcess, topic: str) ->
         assert resp.error_code == pb.IncompatibleSchema
         assert "Invalid schema definition" in resp.error_message
         raw.ping_pong()
+
+
+def test_http_service_url_client_with_schema(broker: BrokerProcess, topic: str) -> None:
+    # An http:// service URL: lookups (and schema fetches) go over the web port.
+    c = make_client(broker.web_url)
+    try:
+        producer = c.create_producer(topic, schema=AvroSchema(UserV1))
+        consumer = c.subscribe(topic, "sub", schema=AvroSchema(UserV1))
+        producer.send(UserV1(name="over http"))
+        assert consumer.receive(10000).value().name == "over http"
+    finally:
+        c.close()
+
+
+def test_key_value_schema_data_as_pulsar_rest_shows_it() -> None:
+    from keyshared.admin.routes_schemas import schema_data_text
+
+    key, value = b'{"type":"string"}', b'{"type":"record","name":"V","fields":[]}'
+    wire = len(key).to_bytes(4, "big") + key + len(value).to_bytes(4, "big") + value
+    assert json.loads(schema_data_text(15, wire)) == {
+        "key": {"type": "string"},
+        "value": {"type": "record", "name": "V", "fields": []},
+    }
+    assert schema_data_text(15, b"\0\0") == "\0\0"

@@ -12,6 +12,7 @@ the strategy is 409, as Pulsar answers an ``IncompatibleSchemaException``.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
@@ -61,13 +62,39 @@ def _type_number(name: str) -> int:
     raise RestError(422, f"Invalid schema type {name}")
 
 
+_KEY_VALUE = 15
+
+
+def _json_or_text(raw: bytes) -> Any:
+    text = raw.decode(errors="replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def schema_data_text(type_: int, data: bytes) -> str:
+    """The ``data`` of a ``GetSchemaResponse``: the definition as text; for KEY_VALUE, whose
+    wire form is the key's and the value's definitions each after a 4-byte big-endian length,
+    the JSON ``{"key": ..., "value": ...}`` Pulsar's REST API (and the C++ client) use."""
+    if type_ == _KEY_VALUE and len(data) >= 8:
+        key_len = int.from_bytes(data[:4], "big")
+        key = data[4 : 4 + key_len]
+        rest = data[4 + key_len :]
+        value_len = int.from_bytes(rest[:4], "big") if len(rest) >= 4 else 0
+        if len(key) == key_len and len(rest) == 4 + value_len:
+            value = rest[4:]
+            return json.dumps({"key": _json_or_text(key), "value": _json_or_text(value)})
+    return data.decode(errors="replace")
+
+
 def schema_json(stored: StoredSchema) -> dict[str, Any]:
     """A version as Pulsar's ``GetSchemaResponse``."""
     return {
         "version": stored.version,
         "type": type_name(stored.type),
         "timestamp": stored.timestamp,
-        "data": stored.data.decode(errors="replace"),
+        "data": schema_data_text(stored.type, stored.data),
         "properties": stored.properties,
     }
 
