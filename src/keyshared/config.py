@@ -135,6 +135,11 @@ class BrokerConfig:
     defaultNumPartitions: int = 1
     maxMessageSize: int = 5 * 1024 * 1024
     brokerDeduplicationEnabled: bool = False
+    # Schemas (broker/schema/): the compatibility strategy of new versions, whether producers
+    # may add versions, and whether a producer without a schema is refused on a topic with one.
+    schemaCompatibilityStrategy: str = "FULL"
+    isAllowAutoUpdateSchema: bool = True
+    isSchemaValidationEnforced: bool = False
     # Names kept per topic for deduplication (Pulsar bounds its snapshot with it; here the state).
     brokerDeduplicationMaxNumberOfProducers: int = 10000
     # A producer name with no producer connected this long is forgotten. Pulsar's is whole
@@ -242,6 +247,8 @@ class BrokerConfig:
                 parse_subscription_types(str(value))
             except ValueError as exc:
                 raise ConfigError(f"{key}: {exc}") from None
+        if key == "schemaCompatibilityStrategy" and value not in _SCHEMA_STRATEGIES:
+            raise ConfigError(f"{key}: expected one of {', '.join(_SCHEMA_STRATEGIES)}")
         setattr(self, key, value)
         self.explicit_keys.add(key)
         return True
@@ -272,6 +279,19 @@ _BOOKKEEPING = frozenset({"unknown_keys", "ignored_keys", "explicit_keys"})
 
 
 # Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).
+# Pulsar's SchemaCompatibilityStrategy values (broker/schema/compatibility.py applies them).
+SCHEMA_STRATEGIES = (
+    "ALWAYS_INCOMPATIBLE",
+    "ALWAYS_COMPATIBLE",
+    "BACKWARD",
+    "FORWARD",
+    "FULL",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD_TRANSITIVE",
+    "FULL_TRANSITIVE",
+)
+_SCHEMA_STRATEGIES = SCHEMA_STRATEGIES
+
 _POSITIVE = frozenset(
     (
         "brokerDeduplicationMaxNumberOfProducers",

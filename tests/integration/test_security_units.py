@@ -280,6 +280,7 @@ def test_namespace_permissions_super_users_and_tenant_admins() -> None:
 # --- which admin path needs what ----------------------------------------------------------------
 
 T = "/admin/v2/persistent/acme/orders/o1"
+S = "/admin/v2/schemas/acme/orders/o1"
 
 
 @pytest.mark.parametrize(
@@ -351,6 +352,13 @@ T = "/admin/v2/persistent/acme/orders/o1"
         ("PUT", T + "/unload", Access(TENANT_ADMIN, "acme")),
         ("POST", T + "/stats", Access(TENANT_ADMIN, "acme")),
         ("GET", T + "/somethingNew", Access(TENANT_ADMIN, "acme")),
+        # Schemas: reading is a lookup, uploading needs produce, deleting is administrative.
+        ("GET", S + "/schema", Access(NAMESPACE, "acme", "acme/orders", "lookup")),
+        ("GET", S + "/schema/3", Access(NAMESPACE, "acme", "acme/orders", "lookup")),
+        ("GET", S + "/schemas", Access(NAMESPACE, "acme", "acme/orders", "lookup")),
+        ("POST", S + "/compatibility", Access(NAMESPACE, "acme", "acme/orders", "lookup")),
+        ("POST", S + "/schema", Access(NAMESPACE, "acme", "acme/orders", "produce")),
+        ("DELETE", S + "/schema", Access(TENANT_ADMIN, "acme")),
         ("GET", "/admin/v2/clusters", Access(SUPER_USER)),
         ("GET", "/admin/v2/persistent/acme", Access(SUPER_USER)),
         ("GET", "/some/new/page", Access(SUPER_USER)),

@@ -19,6 +19,7 @@ from keyshared.admin.routes_limits import limit_routes
 from keyshared.admin.routes_lookup import lookup_routes
 from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
+from keyshared.admin.routes_schemas import schema_routes
 from keyshared.admin.routes_sub_types import sub_types_routes
 from keyshared.admin.routes_subscriptions import subscription_routes
 from keyshared.admin.routes_tenants import tenant_routes
@@ -89,6 +90,7 @@ def create_app(service: BrokerService) -> FastAPI:
     app.include_router(limit_routes(service))
     app.include_router(nonpersistent_routes(service))
     app.include_router(lookup_routes(service))
+    app.include_router(schema_routes(service))
 
     @app.get("/admin/v2/persistent/{tenant}/{namespace}/{topic}/subscription/{sub}/hashBlockers")
     async def hash_blockers(

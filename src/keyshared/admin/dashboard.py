@@ -3,7 +3,8 @@
 The page (``admin/assets``: plain HTML, CSS and JavaScript, no build step, nothing from another
 host) polls ``GET /dashboard/api/overview`` about once a second and draws topics, subscriptions,
 consumers, backlog and rates; for each Key_Shared subscription, the hash space with each
-consumer's ranges and the draining hashes. A click on a hash asks the admin API's
+consumer's ranges and the draining hashes; a topic's latest schema (type and version, the
+definition on hover). A click on a hash asks the admin API's
 ``.../subscription/{sub}/hashBlockers?hash=H`` what blocks it.
 
 The snapshot is the admin stats (same field names) of every loaded topic, with what the stats
@@ -22,6 +23,7 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 from keyshared import __version__
+from keyshared.broker.schema.compatibility import type_name
 from keyshared.broker.service import BrokerService
 
 OVERVIEW_PATH = "/dashboard/api/overview"
@@ -68,6 +70,16 @@ def overview(service: BrokerService) -> dict[str, Any]:
         st["namespace"] = topic.name.namespace_name
         st["subscriptions"] = subs
         st["msgBacklog"] = sum(s["msgBacklog"] for s in subs)
+        schema = service.schemas.get(topic.name)
+        st["schema"] = (
+            None
+            if schema is None
+            else {
+                "version": schema.version,
+                "type": type_name(schema.type),
+                "data": schema.data.decode(errors="replace"),
+            }
+        )
         topics.append(st)
     return {
         "cluster": service.config.clusterName,

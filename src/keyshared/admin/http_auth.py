@@ -89,6 +89,15 @@ def required_access(method: str, path: str) -> Access:
             if read and parts[3:] == ["topics"]:
                 return Access(NAMESPACE, tenant, ns, "lookup")
             return Access(TENANT_ADMIN, tenant)
+    if len(parts) >= 4 and parts[0] == "schemas":
+        # Reading a schema (or asking if one is compatible) is a lookup; uploading one needs
+        # produce; deleting a topic's schemas is the tenant admin's.
+        tenant, ns = parts[1], f"{parts[1]}/{parts[2]}"
+        if read or parts[4:] == ["compatibility"]:
+            return Access(NAMESPACE, tenant, ns, "lookup")
+        if method == "POST":
+            return Access(NAMESPACE, tenant, ns, "produce")
+        return Access(TENANT_ADMIN, tenant)
     if len(parts) >= 3 and parts[0] in _TOPIC_DOMAINS:
         return _topic_access(read, parts[1], f"{parts[1]}/{parts[2]}", parts[3:])
     return Access(SUPER_USER)

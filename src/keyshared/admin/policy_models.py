@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from keyshared.admin.rest import Int64, RestError
 from keyshared.broker.sub_types import parse_types
+from keyshared.config import SCHEMA_STRATEGIES
 
 RETENTION_TIME = "retentionTimeInMinutes"
 RETENTION_SIZE = "retentionSizeInMB"
@@ -22,6 +23,9 @@ MESSAGE_TTL = "message_ttl_in_seconds"
 PAUSE_ON_ACK_STATE = "dispatcherPauseOnAckStatePersistentEnabled"
 SUB_TYPES = "subscription_types_enabled"
 COMPACTION_THRESHOLD = "compaction_threshold"
+SCHEMA_STRATEGY = "schema_compatibility_strategy"
+SCHEMA_AUTO_UPDATE = "is_allow_auto_update_schema"
+SCHEMA_VALIDATION = "schema_validation_enforced"
 
 
 class RetentionPolicies(BaseModel):
@@ -56,7 +60,6 @@ _UNSUPPORTED_DEFAULTS: dict[str, Any] = {
     "offload_threshold": -1,
     "offload_threshold_in_seconds": -1,
     "subscription_auth_mode": "None",
-    "schema_compatibility_strategy": "UNDEFINED",
     "schema_auto_update_compatibility_strategy": "Full",
 }
 # Accepted whatever their value, with the reason: one broker owns every bundle of every
@@ -184,6 +187,15 @@ class NamespacePolicies:
             if threshold < 0:
                 raise RestError(412, "compactionThreshold must be 0 or more")
             out[COMPACTION_THRESHOLD] = threshold
+        strategy = self._get(SCHEMA_STRATEGY, str)
+        if strategy is not None and strategy != "UNDEFINED":
+            if strategy not in SCHEMA_STRATEGIES:
+                raise RestError(412, f"Invalid schema compatibility strategy {strategy}")
+            out[SCHEMA_STRATEGY] = strategy
+        for flag in (SCHEMA_AUTO_UPDATE, SCHEMA_VALIDATION):
+            value = self._get(flag, bool)
+            if value is not None:
+                out[flag] = value
         return out
 
 
@@ -207,6 +219,9 @@ _HANDLED = frozenset(
         PAUSE_ON_ACK_STATE,
         SUB_TYPES,
         COMPACTION_THRESHOLD,
+        SCHEMA_STRATEGY,
+        SCHEMA_AUTO_UPDATE,
+        SCHEMA_VALIDATION,
     }
 )
 
@@ -246,6 +261,9 @@ def namespace_view(
         "dispatcherPauseOnAckStatePersistentEnabled": policies.get(PAUSE_ON_ACK_STATE),
         SUB_TYPES: policies.get(SUB_TYPES) or [],
         COMPACTION_THRESHOLD: policies.get(COMPACTION_THRESHOLD),
+        SCHEMA_STRATEGY: policies.get(SCHEMA_STRATEGY) or "UNDEFINED",
+        SCHEMA_AUTO_UPDATE: policies.get(SCHEMA_AUTO_UPDATE),
+        SCHEMA_VALIDATION: bool(policies.get(SCHEMA_VALIDATION)),
         **{field: policies.get(field) for field in LIMIT_FIELDS},
         "deleted": False,
     }

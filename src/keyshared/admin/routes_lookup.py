@@ -32,15 +32,14 @@ def lookup_routes(service: BrokerService) -> APIRouter:
                 ServerError.TopicNotFound, f"Namespace {name.namespace_name} does not exist"
             )
         local = service.clusters.get(service.clusters.local) or {}
-        data = {
+        # Every field of Pulsar's LookupData, null when unset: the C++ client refuses an answer
+        # without ``brokerUrlTls`` ("malformed json!") even on a plain-text connection.
+        return {
             "brokerUrl": local.get("brokerServiceUrl", ""),
+            "brokerUrlTls": local.get("brokerServiceUrlTls") or None,
             "httpUrl": local.get("serviceUrl", ""),
+            "httpUrlTls": local.get("serviceUrlTls") or None,
             "nativeUrl": local.get("brokerServiceUrl", ""),
         }
-        if local.get("brokerServiceUrlTls"):
-            data["brokerUrlTls"] = local["brokerServiceUrlTls"]
-        if local.get("serviceUrlTls"):
-            data["httpUrlTls"] = local["serviceUrlTls"]
-        return data
 
     return router

@@ -62,13 +62,14 @@ def root(
 
 
 def _register() -> None:
-    from keyshared.admin_cli import clusters, namespaces, tenants, topics
+    from keyshared.admin_cli import clusters, namespaces, schemas, tenants, topics
 
     app.add_typer(tenants.app, name="tenants")
     app.add_typer(clusters.app, name="clusters")
     app.add_typer(tenants.brokers_app, name="brokers")
     app.add_typer(namespaces.app, name="namespaces")
     app.add_typer(topics.app, name="topics")
+    app.add_typer(schemas.app, name="schemas")
 
 
 def main(argv: list[str]) -> int:

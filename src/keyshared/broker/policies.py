@@ -44,10 +44,12 @@ class Policy:
     """The ``broker.conf`` key whose value applies when neither level sets it."""
     empty_is_unset: bool = False
     """An empty value (list) means "not set", as Pulsar treats ``subscription_types_enabled``."""
+    unset_value: Any = None
+    """A value that also means "not set" (Pulsar's ``UNDEFINED`` schema strategy)."""
 
     def is_set(self, value: Any) -> bool:
         """True when ``value`` sets this policy at its level (else the next level applies)."""
-        if value is None:
+        if value is None or (self.unset_value is not None and value == self.unset_value):
             return False
         return not (self.empty_is_unset and not value)
 
@@ -86,6 +88,19 @@ POLICIES: dict[str, Policy] = {
     ),
     "maxSubscriptionsPerTopic": Policy(
         "max_subscriptions_per_topic", "maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic"
+    ),
+    # Schemas (broker/schema/): Pulsar's Policies and TopicPolicies fields.
+    "schemaCompatibilityStrategy": Policy(
+        "schema_compatibility_strategy",
+        "schemaCompatibilityStrategy",
+        "schemaCompatibilityStrategy",
+        unset_value="UNDEFINED",
+    ),
+    "isAllowAutoUpdateSchema": Policy(
+        "is_allow_auto_update_schema", "isAllowAutoUpdateSchema", "isAllowAutoUpdateSchema"
+    ),
+    "schemaValidationEnforced": Policy(
+        "schema_validation_enforced", "schemaValidationEnforced", "isSchemaValidationEnforced"
     ),
     # A namespace-only policy: resolved by namespace_effective.
     "maxTopicsPerNamespace": Policy(

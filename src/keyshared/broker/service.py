@@ -20,6 +20,7 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
+from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
 from keyshared.config import BrokerConfig
@@ -47,6 +48,7 @@ class BrokerService:
         self.policies = PolicyService(storage.metadata, config)
         self.policies.add_listener(self._policies_changed)
         self.clusters = ClusterRegistry(storage.metadata, config)
+        self.schemas = SchemaRegistry(storage.metadata, self.policies)
         # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
@@ -245,6 +247,10 @@ class BrokerService:
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)
         self.storage.metadata.delete(topic_epoch_key(name))
+        if name.partition_index < 0:
+            # As Pulsar: a deleted topic takes its schema along (a partition's is the
+            # partitioned topic's, deleted with it).
+            self.schemas.delete(name)
 
     async def delete_partitioned_topic(self, name: TopicName, *, force: bool = False) -> None:
         """Delete every partition and the partitioned topic's metadata."""
@@ -256,6 +262,7 @@ class BrokerService:
             if self.topic_exists(part):
                 await self.delete_topic(part, force=force)
         self.storage.metadata.delete(PARTITIONS_PREFIX + name.full)
+        self.schemas.delete(name)
 
     def start_background_tasks(self) -> None:
         """Start the periodic work: persisting changed cursor state."""

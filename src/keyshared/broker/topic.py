@@ -101,6 +101,8 @@ class Producer:
     # False while queued for exclusive access (WaitForExclusive).
     ready: bool = True
     metadata: dict[str, str] = field(default_factory=dict)
+    # The schema version it publishes with (8 bytes, as on the wire), None without a schema.
+    schema_version: bytes | None = None
     connected_since: float = field(default_factory=time.time)
     msg_in_counter: int = 0
     bytes_in_counter: int = 0

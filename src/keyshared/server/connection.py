@@ -15,6 +15,7 @@ from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, 
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import NON_PERSISTENT, NonPersistentTopic
 from keyshared.broker.producer_access import access_mode_of
+from keyshared.broker.schema import version_bytes
 from keyshared.broker.subscription import AckItem
 from keyshared.broker.topic import Producer
 from keyshared.protocol import (
@@ -27,6 +28,7 @@ from keyshared.protocol import (
     pb,
 )
 from keyshared.protocol.constants import PROTOCOL_VERSION
+from keyshared.server import schema_commands
 from keyshared.server.auth_refresh import REFRESH_AUTH_DATA, AuthRefresh
 from keyshared.server.publish import Publisher
 from keyshared.storage.position import EARLIEST, LATEST, Position
@@ -114,6 +116,7 @@ class ServerConnection(asyncio.Protocol):
             T.CLOSE_CONSUMER: self._on_close_consumer,
             T.GET_TOPICS_OF_NAMESPACE: self._on_get_topics_of_namespace,
             T.GET_SCHEMA: self._on_get_schema,
+            T.GET_OR_CREATE_SCHEMA: self._on_get_or_create_schema,
             T.CONSUMER_STATS: self._on_consumer_stats,
             T.AUTH_RESPONSE: self._on_auth_response,
         }
@@ -472,16 +475,32 @@ class ServerConnection(asyncio.Protocol):
 
     def _on_get_schema(self, cmd: pb.BaseCommand, _: Any) -> None:
         r = cmd.getSchema
-        self.send_command(
-            T(
-                type=T.GET_SCHEMA_RESPONSE,
-                getSchemaResponse=pb.CommandGetSchemaResponse(
-                    request_id=r.request_id,
-                    error_code=_wire_error(ServerError.TopicNotFound),
-                    error_message="Schema not found",
-                ),
+        try:
+            name = self.service.parse_topic(r.topic)
+            self._authorize(name.full, "lookup")
+        except BrokerError as exc:
+            self.write(
+                commands.get_schema_response(
+                    request_id=r.request_id, error=exc.code, error_message=exc.message
+                )
             )
-        )
+            return
+        self.send_command(schema_commands.get_schema(self.service.schemas, name, r))
+
+    def _on_get_or_create_schema(self, cmd: pb.BaseCommand, _: Any) -> None:
+        r = cmd.getOrCreateSchema
+        try:
+            name = self.service.parse_topic(r.topic)
+            self._authorize(name.full, "produce")
+        except BrokerError as exc:
+            resp = pb.CommandGetOrCreateSchemaResponse(
+                request_id=r.request_id, error_code=_wire_error(exc.code), error_message=exc.message
+            )
+            self.send_command(
+                T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE, getOrCreateSchemaResponse=resp)
+            )
+            return
+        self.send_command(schema_commands.get_or_create_schema(self.service.schemas, name, r))
 
     def _on_consumer_stats(self, cmd: pb.BaseCommand, _: Any) -> None:
         r = cmd.consumerStats
@@ -512,6 +531,9 @@ class ServerConnection(asyncio.Protocol):
             name = self.service.parse_topic(r.topic)
             self._authorize(name.full, "produce")
             topic = self.service.get_any_topic(name, create=True)
+            schema = self.service.schemas.for_producer(
+                name, schema_commands.schema_tuple(r.schema) if r.HasField("schema") else None
+            )
             producer_name = (
                 r.producer_name if r.HasField("producer_name") and r.producer_name else None
             )
@@ -527,6 +549,7 @@ class ServerConnection(asyncio.Protocol):
                 access_mode=access_mode_of(r.producer_access_mode),
                 topic_epoch=r.topic_epoch if r.HasField("topic_epoch") else None,
                 metadata={kv.key: kv.value for kv in r.metadata},
+                schema_version=None if schema is None else version_bytes(schema.version),
             )
             admission = topic.add_producer(
                 producer, functools.partial(self._producer_wait_done, request_id, producer)
@@ -578,6 +601,8 @@ class ServerConnection(asyncio.Protocol):
         )
         if producer.topic_epoch is not None:
             success.topic_epoch = producer.topic_epoch
+        if producer.schema_version is not None:
+            success.schema_version = producer.schema_version
         self.send_command(T(type=T.PRODUCER_SUCCESS, producer_success=success))
 
     def _on_send_frame(
@@ -717,6 +742,12 @@ class ServerConnection(asyncio.Protocol):
                     ServerError.NotAllowedError, f"{name} is partitioned: subscribe to partitions"
                 )
             topic = self.service.get_any_topic(name, create=r.force_topic_creation)
+            if r.HasField("schema"):
+                self.service.schemas.for_consumer(
+                    name,
+                    schema_commands.schema_tuple(r.schema),
+                    idle=schema_commands.topic_is_idle(topic),
+                )
             sub_type = SubType(r.subType)
             if r.read_compacted and sub_type not in (SubType.Exclusive, SubType.Failover):
                 raise BrokerError(

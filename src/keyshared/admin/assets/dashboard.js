@@ -194,7 +194,11 @@
     setHTML(prods, t.publishers.length
       ? '<span class="muted">producers:</span> ' + t.publishers.map((p) => '<span class="p"><b>' + esc(p.producerName) + "</b> " +
           fmtRate(p.msgRateIn) + " msg/s</span>").join("")
-      : '<span class="p">no producers</span>');
+      : '<span class="p">no producers</span>') +
+      (t.schema
+        ? ' <span class="p schema" title="' + esc(t.schema.data) + '"><span class="muted">schema:</span> <b>' +
+            esc(t.schema.type) + "</b> v" + fmtInt(t.schema.version) + "</span>"
+        : "");
 
     const names = new Set(t.subscriptions.map((s) => s.name));
     for (const child of [...subsEl.children]) {
