@@ -5,8 +5,9 @@ Each round runs Key_Shared consumers that ack, producers with deduplication on (
 batches and single messages) and a compaction, then SIGKILLs the broker and cuts the power at the
 same moment (all unsynced data lost, a torn last write, or a random subset of unsynced pages),
 and starts the broker again on what reached the "disk". At the end: every message whose send was
-confirmed is there with the id it was confirmed with, each key in publish order, and the broker
-started every time. ``POWER_CUTS`` sets the number of cuts (20 in ``make test``), ``POWER_SEED``
+confirmed is there with the id it was confirmed with, each key in publish order, no message
+whose ack reached the disk before a cut is delivered again after it, and the broker started
+every time. ``POWER_CUTS`` sets the number of cuts (20 in ``make test``), ``POWER_SEED``
 replays the random choices (the cut's moment still depends on timing).
 """
 
@@ -25,7 +26,9 @@ import pulsar
 import pytest
 
 from tests.broker_process import BrokerProcess, quiet_logger
+from tests.crash.key_shared_load import PersistedAcks, read_persisted_acks
 from tests.fault import LazyMount, fuse_available, lazy_mount
+from tests.ordering import MsgPos
 
 pytestmark = [pytest.mark.crash, pytest.mark.xdist_group("power")]
 
@@ -70,9 +73,16 @@ class Ledgerbook:
 
 
 def run_round(
-    broker: BrokerProcess, book: Ledgerbook, topic: str, rnd: int, rng: random.Random
+    broker: BrokerProcess,
+    book: Ledgerbook,
+    topic: str,
+    rnd: int,
+    rng: random.Random,
+    persisted: PersistedAcks | None,
+    redelivered: list[str],
 ) -> None:
-    """Load the broker until the cut: produce (batched or not), consume and ack."""
+    """Load the broker until the cut: produce (batched or not), consume and ack. A delivery of
+    a message whose ack the last cut left on the disk (``persisted``) goes to ``redelivered``."""
     client = pulsar.Client(broker.service_url, logger=quiet_logger(), operation_timeout_seconds=5)
     stop = threading.Event()
     try:
@@ -97,6 +107,9 @@ def run_round(
                     continue
                 except pulsar.PulsarException:
                     return
+                pos = MsgPos.of(msg.message_id())
+                if persisted is not None and persisted.is_acked(pos):
+                    redelivered.append(f"round {rnd}: {pos} ({persisted.describe()})")
                 if rng.random() < 0.9:
                     consumer.acknowledge(msg)
 
@@ -205,22 +218,30 @@ def test_power_cuts_under_key_shared_load_lose_no_confirmed_message(
         },
     )
     modes: dict[str, int] = dict.fromkeys(MODES, 0)
+    persisted: PersistedAcks | None = None
+    redelivered: list[str] = []
     try:
         for rnd in range(CUTS):
             broker.start(timeout=60)
             if rnd % 5 == 4:
                 # Compaction rewrites the topic's compacted ledger while the load runs.
                 broker.admin("PUT", f"/admin/v2/persistent/{topic[13:]}/compaction")
-            run_round(broker, book, topic, rnd, rng)
+            run_round(broker, book, topic, rnd, rng, persisted, redelivered)
             mode = rng.choice(MODES)
             modes[mode] += 1
             mount.cut(mode, rng.randrange(1 << 32))
+            # What the restarted broker starts from: an ack stored here is never undone.
+            persisted = read_persisted_acks(mount.mnt / "data", [topic], "ks")[topic]
         broker.start(timeout=60)
         stored = audit(broker, book, topic)
     finally:
         broker.close()
     print(f"{CUTS} cuts {modes}: {len(book.confirmed)} confirmed, {stored} stored and audited")
+    print(f"persisted acks at the last cut: {persisted.describe() if persisted else None}")
     assert book.confirmed, "nothing was confirmed: the load did not run"
+    assert not redelivered, f"acked and persisted, then delivered again: {redelivered[:5]}"
+    # The check above had acks to look at: the cursor's persisted state moved.
+    assert persisted is not None and persisted.mark_delete.ledger_id > 0, persisted
 
 
 def rss_kb(pid: int) -> int:

@@ -347,13 +347,11 @@ def test_server_command_without_request_id_closes(connected: RawClient) -> None:
 
 
 def test_unserved_command_with_request_id_gets_not_allowed(connected: RawClient) -> None:
-    cmd = pb.BaseCommand(type=T.GET_OR_CREATE_SCHEMA)
-    sub = cmd.getOrCreateSchema
+    # A response sent to the broker: a command it knows but does not serve (GET_OR_CREATE_SCHEMA
+    # was the example until the schema registry served it).
+    cmd = pb.BaseCommand(type=T.GET_SCHEMA_RESPONSE)
+    sub = cmd.getSchemaResponse
     sub.request_id = 77
-    sub.topic = new_topic()
-    sub.schema.name = "s"
-    sub.schema.schema_data = b""
-    sub.schema.type = pb.Schema.String
     connected.send(raw_command(cmd.SerializeToString()))
     err = connected.expect(T.ERROR).error
     assert (err.request_id, err.error) == (77, pb.NotAllowedError)
