@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.topic import Producer
+from keyshared.broker.topic import Producer, ProducerTransport
 from keyshared.protocol import ProtocolError, pb
 from keyshared.storage.position import Position
 
@@ -59,24 +58,10 @@ class ReceiptQueue:
             emit(slots.popleft())
 
 
-class SendTransport(Protocol):
-    """What the publish path needs from its connection."""
-
-    def send_receipt(
-        self, producer: Producer, sequence_id: int, highest_sequence_id: int, position: Position
-    ) -> None:
-        """Confirm a stored message."""
-
-    def send_error(
-        self, producer: Producer, sequence_id: int, code: ServerError, message: str
-    ) -> None:
-        """Report a failed send."""
-
-
 class Publisher:
     """A connection's producers' sends: validated, handed to their topic, answered in order."""
 
-    def __init__(self, transport: SendTransport) -> None:
+    def __init__(self, transport: ProducerTransport) -> None:
         self.transport = transport
         self._queues: dict[int, tuple[Producer, ReceiptQueue]] = {}
 
