@@ -4,8 +4,7 @@ The page (``admin/assets``: plain HTML, CSS and JavaScript, no build step, nothi
 host) polls ``GET /dashboard/api/overview`` about once a second and draws topics, subscriptions,
 consumers, backlog and rates; for each Key_Shared subscription, the hash space with each
 consumer's ranges and the draining hashes; a topic over its backlog quota; a topic's latest
-schema (type and version, the
-definition on hover). A click on a hash asks the admin API's
+schema (type and version, the definition on hover). A click on a hash asks the admin API's
 ``.../subscription/{sub}/hashBlockers?hash=H`` what blocks it.
 
 The snapshot is the admin stats (same field names) of every loaded topic, with what the stats
