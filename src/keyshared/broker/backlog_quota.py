@@ -66,7 +66,8 @@ QUOTA_EXCEEDED = "Cannot create producer on topic with backlog quota exceeded"
 # The label Pulsar's pulsar_storage_backlog_quota_exceeded_evictions_total carries.
 METRIC_QUOTA_TYPE = {DESTINATION_STORAGE: "size", MESSAGE_AGE: "time"}
 
-# Pulsar drops the backlog to 90 % of the limit when it evicts.
+# Pulsar drops the backlog to 90 % of the limit when it evicts (size eviction computes it in
+# integers: 9/10).
 REDUCTION_FACTOR = 0.9
 # Bounds one size eviction: each round skips on the slowest cursor, which may then change.
 _MAX_EVICTION_ROUNDS = 100
@@ -195,12 +196,15 @@ def time_exceeded(limit_time: int, oldest_publish_ms: int | None, now_ms: int) -
 
 def size_eviction_skip(backlog_size: int, limit_size: int, entries_in_backlog: int) -> int:
     """Entries the slowest cursor skips in one round of a size eviction: its backlog shrunk by
-    the share of the topic's backlog above 90 % of the limit (Pulsar's skip factor)."""
-    target = REDUCTION_FACTOR * limit_size
-    if backlog_size <= 0 or backlog_size <= target:
+    the share of the topic's backlog above 90 % of the limit (Pulsar's skip factor).
+
+    Rounded up, where Pulsar truncates: with a few large entries Pulsar's count comes out 0 and
+    the topic stays over its quota until more is published; here the backlog does get under."""
+    if backlog_size <= 0 or 10 * backlog_size <= 9 * limit_size:
         return 0
-    factor = (backlog_size - target) / backlog_size
-    return int(factor * entries_in_backlog)
+    # ceil((backlog - 0.9 * limit) / backlog * entries), in integers.
+    numerator = (10 * backlog_size - 9 * limit_size) * entries_in_backlog
+    return -(-numerator // (10 * backlog_size))
 
 
 def conflicts_with_retention(quota: BacklogQuota, time_min: Any, size_mb: Any) -> bool:
