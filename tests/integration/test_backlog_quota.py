@@ -271,6 +271,28 @@ def test_rest_round_trip_and_bad_input(qb: BrokerProcess) -> None:
     ok(qb, "DELETE", tpath(topic, "backlogQuota"))
     assert stats(qb, topic)["backlogQuotaLimitSize"] == 1024
 
+    # Both in a namespace's Policies body, as Pulsar's Java admin client sends them.
+    quota = {"destination_storage": {"limit": 10, "policy": "producer_request_hold"}}
+    ok(
+        qb,
+        "PUT",
+        base + "-whole",
+        {"backlog_quota_map": quota, "inactive_topic_policies": {"deleteWhileInactive": True}},
+    )
+    assert ok(qb, "GET", base + "-whole/backlogQuotaMap") == {
+        "destination_storage": {
+            "limit": 10,
+            "limitSize": 10,
+            "limitTime": -1,
+            "policy": "producer_request_hold",
+        }
+    }
+    view = ok(qb, "GET", base + "-whole")
+    assert view["inactive_topic_policies"]["deleteWhileInactive"] is True
+    bad = {"backlog_quota_map": {"size": quota["destination_storage"]}}
+    status, body = qb.admin("PUT", base + "-bad", bad)
+    assert status == 400 and "size" in body["reason"]
+
     # Inactive-topic policies.
     policy = {
         "inactiveTopicDeleteMode": "delete_when_subscriptions_caught_up",

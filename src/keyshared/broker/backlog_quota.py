@@ -229,12 +229,22 @@ class TopicBacklogQuota:
         self.oldest_age_seconds = -1
         self.oldest_subscription: str | None = None
         self._oldest_publish_ms: int | None = None
+        # Resolved quotas, valid while the policy store's generation is unchanged (stats and
+        # /metrics ask for them on every topic).
+        self._quotas: dict[str, BacklogQuota] = {}
+        self._generation = -1
 
     # --- what is in force -----------------------------------------------------------------
     def quota(self, quota_type: str) -> BacklogQuota:
         """The quota of ``quota_type`` in force on the topic."""
-        t = self.topic
-        return quota_in_force(t.service.policies, t.name, quota_type)
+        policies = self.topic.service.policies
+        if policies.generation != self._generation:
+            self._quotas.clear()
+            self._generation = policies.generation
+        found = self._quotas.get(quota_type)
+        if found is None:
+            found = self._quotas[quota_type] = quota_in_force(policies, self.topic.name, quota_type)
+        return found
 
     def _slowest(self) -> Subscription | None:
         subs = [s for s in self.topic.subscriptions.values() if s.durable and not s.closed]

@@ -104,13 +104,17 @@ def broker_policies(config: BrokerConfig) -> InactiveTopicPolicies:
 
 def policies_in_force(policies: PolicyService, name: TopicName) -> InactiveTopicPolicies:
     """The policies on topic ``name``: topic, else namespace, else broker."""
-    value = policies.effective(name, POLICY_NAME)
+    return _from_value(policies.effective(name, POLICY_NAME), policies.config)
+
+
+def _from_value(value: Any, config: BrokerConfig) -> InactiveTopicPolicies:
+    """The policies a resolved (topic or namespace) value sets, else the broker's."""
     if value is None:
-        return broker_policies(policies.config)
+        return broker_policies(config)
     try:
         return InactiveTopicPolicies.from_json(value)
     except InactivePolicyError:  # pragma: no cover - stored only after the same validation
-        return broker_policies(policies.config)
+        return broker_policies(config)
 
 
 # --- the decisions --------------------------------------------------------------------------
@@ -145,7 +149,8 @@ def _usage(topic: PersistentTopic) -> tuple[int, int, int]:
 
 async def check_topic(service: BrokerService, topic: PersistentTopic, now: float) -> bool:
     """Look at one topic (``now`` monotonic); delete it if its time has come. True if deleted."""
-    policy = policies_in_force(service.policies, topic.name)
+    # The topic's cached resolution (policy changes bump the store's generation).
+    policy = _from_value(topic.policy(POLICY_NAME), service.config)
     if not policy.delete_while_inactive:
         return False
     subscriptions, backlog, connected = _usage(topic)
