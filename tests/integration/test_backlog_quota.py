@@ -248,6 +248,17 @@ def test_rest_round_trip_and_bad_input(qb: BrokerProcess) -> None:
         "POST", base + "/backlogQuota", {"limitSize": 2 << 20, "policy": "producer_exception"}
     )
     assert status == 412 and "retention" in body["reason"]
+    # And the retention may not go under the size quota.
+    ok(qb, "DELETE", base + "/retention")
+    ns_quota(qb, ns, {"limitSize": 3 << 20, "policy": "producer_exception"})
+    status, body = qb.admin(
+        "POST", base + "/retention", {"retentionTimeInMinutes": 60, "retentionSizeInMB": 2}
+    )
+    assert (status, body["reason"]) == (
+        412,
+        "Retention Quota must exceed configured backlog quota for namespace.",
+    )
+    ns_quota(qb, ns, {"limitSize": 1024, "policy": "producer_exception"})
     ok(qb, "DELETE", base + "/backlogQuota?backlogQuotaType=message_age")
     assert ok(qb, "GET", base + "/backlogQuotaMap") == {"destination_storage": storage}
 

@@ -10,7 +10,8 @@ Backlog quotas (``broker/backlog_quota.py``), per quota type (``?backlogQuotaTyp
 
 An unknown quota type is 404, as Pulsar's REST layer answers a query parameter it cannot
 convert; a bad body is 400 (not an object) or 412 naming the field; a size or time quota at or
-above the level's retention is 412, as Pulsar refuses it.
+above the level's retention is 412, as Pulsar refuses it (and the retention routes refuse a
+retention at or under the size quota: :func:`check_retention_fits`).
 
 Inactive-topic policies (``broker/inactive_topics.py``): ``GET/POST/DELETE
 .../inactiveTopicPolicies`` with an ``InactiveTopicPolicies`` body (``inactiveTopicDeleteMode``,
@@ -76,6 +77,19 @@ def check_retention(quota: bq.BacklogQuota, time_min: Any, size_mb: Any, level: 
             f"Backlog Quota exceeds configured retention quota for {level}."
             " Please increase retention quota and retry",
         )
+
+
+def check_retention_fits(quotas: Any, time_min: int, size_mb: int, level: str) -> None:
+    """412 when a new retention (``time_min`` minutes, ``size_mb`` MB) would not exceed the
+    level's size quota (``quotas``: its ``backlogQuotaMap``), as Pulsar refuses it."""
+    entry = quotas.get(bq.DESTINATION_STORAGE) if isinstance(quotas, dict) else None
+    if entry is None:
+        return
+    if bq.conflicts_with_retention(bq.BacklogQuota.from_json(entry), time_min, size_mb):
+        reason = f"Retention Quota must exceed configured backlog quota for {level}."
+        if level == "topic":
+            reason += " Please increase retention quota and retry"
+        raise RestError(412, reason)
 
 
 def quota_routes(service: BrokerService) -> APIRouter:

@@ -228,7 +228,8 @@ class TopicBacklogQuota:
         # From the last check (Pulsar's "best effort" age); -1 until one ran.
         self.oldest_age_seconds = -1
         self.oldest_subscription: str | None = None
-        self._oldest_publish_ms: int | None = None
+        # The oldest backlog entry the last check read, and its publish time.
+        self._oldest_read: tuple[Position, int] | None = None
         # Resolved quotas, valid while the policy store's generation is unchanged (stats and
         # /metrics ask for them on every topic).
         self._quotas: dict[str, BacklogQuota] = {}
@@ -283,7 +284,12 @@ class TopicBacklogQuota:
         if oldest is None:
             return None
         cached = self.topic.meta_cache.publish_time(oldest[0])
-        return cached if cached is not None else self._oldest_publish_ms
+        if cached is not None:
+            return cached
+        # Not cached: what the last check read, if the oldest entry is still that one (else
+        # unknown until the next check reads it).
+        read = self._oldest_read
+        return read[1] if read is not None and read[0] == oldest[0] else None
 
     # --- producers ------------------------------------------------------------------------
     def check_producer(self) -> None:
@@ -331,7 +337,7 @@ class TopicBacklogQuota:
         """Read (or find cached) the oldest backlog entry's publish time; record its age."""
         oldest = self._oldest_position()
         if oldest is None:
-            self._oldest_publish_ms = None
+            self._oldest_read = None
             self.oldest_subscription = None
             self.oldest_age_seconds = 0
             return None
@@ -341,9 +347,9 @@ class TopicBacklogQuota:
         if publish_ms is None:
             entry = await topic.ledger.read_entry(pos)
             if entry is None:
-                return self._oldest_publish_ms
+                return None
             publish_ms = topic.entry_meta(entry).publish_time
-        self._oldest_publish_ms = publish_ms
+        self._oldest_read = (pos, publish_ms)
         self.oldest_subscription = sub_name
         self.oldest_age_seconds = max(int(time.time() - publish_ms / 1000), 0)
         return publish_ms
