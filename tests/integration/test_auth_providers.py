@@ -120,7 +120,12 @@ def ci(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CiBroker]:
         broker.start()
         ci = CiBroker(broker, certs, tls_port, web_tls_port)
         su = f"Bearer {token('superUser')}"
-        # The REST calls of the client suite's CI script.
+        # The REST calls of the client suite's CI script. As Pulsar's standalone, the broker made
+        # the public tenant (409 here) but not public/default: its own client has no credentials.
+        public = {"adminRoles": ["anonymous"], "allowedClusters": ["standalone"]}
+        assert ci.http("PUT", "/admin/v2/tenants/public", su, public) == 409
+        default_ns = {"auth_policies": {"namespace_auth": {"anonymous": ["produce", "consume"]}}}
+        assert ci.http("PUT", "/admin/v2/namespaces/public/default", su, default_ns) == 204
         assert ci.http("PUT", "/admin/v2/tenants/open", su, {"adminRoles": ["anonymous"],
                        "allowedClusters": ["standalone"]}) == 204  # fmt: skip
         both = ["produce", "consume"]
@@ -162,11 +167,19 @@ def test_anonymous_clients_use_the_open_namespace_on_every_url(ci: CiBroker) -> 
     round_trip(ci.tls_url, topic + "-tls", **tls_args(ci))
 
 
+def test_short_topic_names_reach_the_public_default_the_script_created(ci: CiBroker) -> None:
+    # The fixture's PUT made public/default (the standalone could not) with anonymous grants.
+    round_trip(ci.broker.service_url, f"short-{RUN}")
+
+
 def test_anonymous_clients_are_refused_on_the_private_namespace(ci: CiBroker) -> None:
     client = pulsar.Client(ci.broker.service_url, logger=quiet_logger())
     try:
         with pytest.raises(pulsar.AuthorizationError):
             client.create_producer(PRIVATE + "-anon")
+        # A namespace that does not exist is not found (the client suite's asyncio test).
+        with pytest.raises(pulsar.TopicNotFound):
+            client.create_producer("tenant/ns/no-such-namespace")
     finally:
         client.close()
 

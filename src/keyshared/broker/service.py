@@ -37,7 +37,12 @@ class BrokerService:
     """Owns every topic of this broker and the metadata about them."""
 
     def __init__(
-        self, config: BrokerConfig, storage: Storage, scheduler: Scheduler | None = None
+        self,
+        config: BrokerConfig,
+        storage: Storage,
+        scheduler: Scheduler | None = None,
+        *,
+        default_namespace: bool = True,
     ) -> None:
         self.config = config
         self.storage = storage
@@ -53,6 +58,8 @@ class BrokerService:
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
         self._ensure_defaults()
+        if default_namespace:
+            self.create_default_namespace()
 
     def _policies_changed(self) -> None:
         # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
@@ -61,9 +68,19 @@ class BrokerService:
 
     # --- tenants and namespaces ------------------------------------------------------------
     def _ensure_defaults(self) -> None:
+        # As Pulsar's standalone: the public tenant, administered by the super users, allowed on
+        # this cluster.
         md = self.storage.metadata
         if md.get(TENANTS_PREFIX + "public") is None:
-            md.put(TENANTS_PREFIX + "public", _json({"adminRoles": [], "allowedClusters": []}))
+            admins = sorted({r.strip() for r in self.config.superUserRoles.split(",") if r.strip()})
+            tenant = {"adminRoles": admins, "allowedClusters": [self.config.clusterName]}
+            md.put(TENANTS_PREFIX + "public", _json(tenant))
+
+    def create_default_namespace(self) -> None:
+        """Create ``public/default`` unless it exists.
+
+        The standalone calls this when its own client may (see
+        ``server/broker_client_auth.py``), as Pulsar's standalone does."""
         if not self.policies.namespace_exists("public/default"):
             self.policies.create_namespace("public/default")
 
