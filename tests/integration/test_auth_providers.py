@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -263,6 +264,31 @@ def test_tls_client_certificate_common_name_is_the_role(ci: CiBroker) -> None:
             client.create_producer(PRIVATE + "-tls-nobody")
     finally:
         client.close()
+
+
+def https_status(ci: CiBroker, path: str, cert: tuple[Path, Path] | None) -> int:
+    ctx = ssl.create_default_context(cafile=str(ci.certs.ca))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    url = f"https://localhost:{ci.web_tls_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=10, context=ctx) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+def test_tls_client_certificate_is_the_role_on_the_https_admin_port(ci: CiBroker) -> None:
+    assert https_status(ci, "/admin/v2/tenants", make_client_cert(ci.certs, "superUser")) == 200
+    # Another certificate proves another role; none at all is the anonymous role.
+    assert https_status(ci, "/admin/v2/tenants", make_client_cert(ci.certs, "nobody")) == 403
+    assert https_status(ci, "/admin/v2/tenants", None) == 403
+    # The official client on an https:// service URL: the HTTP lookup and the broker both take
+    # the certificate's CN.
+    cert, key = make_client_cert(ci.certs, "token-principal")
+    auth = pulsar.AuthenticationTLS(str(cert), str(key))
+    url = f"https://localhost:{ci.web_tls_port}"
+    round_trip(url, PRIVATE + "-https-cert", authentication=auth, **tls_args(ci))
 
 
 def test_admin_api_takes_basic_credentials_and_anonymous_requests(ci: CiBroker) -> None:
