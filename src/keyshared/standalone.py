@@ -96,7 +96,7 @@ class Standalone:
         if allowed:
             self.service.create_default_namespace()
         elif not self.service.namespace_exists("public/default"):
-            log.warning("Failed to create the default namespace public/default: %s", why)
+            log.warning("Failed to create the default tenant and namespace public/default: %s", why)
         self.authenticator, self.authorizer = authn, authz
         self.server = BrokerServer(
             self.service, authenticator=authn, authorizer=authz, ssl_context=ssl_ctx

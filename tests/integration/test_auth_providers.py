@@ -122,9 +122,9 @@ def ci(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CiBroker]:
         ci = CiBroker(broker, certs, tls_port, web_tls_port)
         su = f"Bearer {token('superUser')}"
         # The REST calls of the client suite's CI script. As Pulsar's standalone, the broker made
-        # the public tenant (409 here) but not public/default: its own client has no credentials.
+        # neither the public tenant nor public/default: its own client has no credentials.
         public = {"adminRoles": ["anonymous"], "allowedClusters": ["standalone"]}
-        assert ci.http("PUT", "/admin/v2/tenants/public", su, public) == 409
+        assert ci.http("PUT", "/admin/v2/tenants/public", su, public) == 204
         default_ns = {"auth_policies": {"namespace_auth": {"anonymous": ["produce", "consume"]}}}
         assert ci.http("PUT", "/admin/v2/namespaces/public/default", su, default_ns) == 204
         assert ci.http("PUT", "/admin/v2/tenants/open", su, {"adminRoles": ["anonymous"],
@@ -169,8 +169,10 @@ def test_anonymous_clients_use_the_open_namespace_on_every_url(ci: CiBroker) -> 
 
 
 def test_short_topic_names_reach_the_public_default_the_script_created(ci: CiBroker) -> None:
-    # The fixture's PUT made public/default (the standalone could not) with anonymous grants.
+    # The fixture's PUTs made public and public/default (the standalone could not), with the
+    # anonymous role as the tenant's admin and with grants on the namespace.
     round_trip(ci.broker.service_url, f"short-{RUN}")
+    assert ci.http("PUT", f"/admin/v2/persistent/public/default/p-{RUN}/partitions", None, 2) == 204
 
 
 def test_anonymous_clients_are_refused_on_the_private_namespace(ci: CiBroker) -> None:

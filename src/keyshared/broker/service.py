@@ -57,7 +57,6 @@ class BrokerService:
         # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
-        self._ensure_defaults()
         if default_namespace:
             self.create_default_namespace()
 
@@ -67,20 +66,18 @@ class BrokerService:
             topic.on_policies_changed()
 
     # --- tenants and namespaces ------------------------------------------------------------
-    def _ensure_defaults(self) -> None:
-        # As Pulsar's standalone: the public tenant, administered by the super users, allowed on
-        # this cluster.
+    def create_default_namespace(self) -> None:
+        """Create the ``public`` tenant and ``public/default`` unless they exist.
+
+        As Pulsar's standalone: the tenant is administered by the super users and allowed on
+        this cluster. The standalone calls this when its own client may (see
+        ``server/broker_client_auth.py``); when it may not, both are left to the operator's
+        scripts, whose ``PUT``s would otherwise answer 409 and leave their grants unset."""
         md = self.storage.metadata
         if md.get(TENANTS_PREFIX + "public") is None:
             admins = sorted({r.strip() for r in self.config.superUserRoles.split(",") if r.strip()})
             tenant = {"adminRoles": admins, "allowedClusters": [self.config.clusterName]}
             md.put(TENANTS_PREFIX + "public", _json(tenant))
-
-    def create_default_namespace(self) -> None:
-        """Create ``public/default`` unless it exists.
-
-        The standalone calls this when its own client may (see
-        ``server/broker_client_auth.py``), as Pulsar's standalone does."""
         if not self.policies.namespace_exists("public/default"):
             self.policies.create_namespace("public/default")
 

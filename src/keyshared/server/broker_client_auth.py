@@ -1,11 +1,11 @@
 """The broker's own client credentials: ``brokerClientAuthenticationPlugin`` / ``...Parameters``.
 
 Pulsar's broker talks to itself and to other clusters through a client configured by these two
-keys. The standalone uses that client to create ``public/default`` at its first start, so with
-authentication on and no credentials (or credentials that are not a super user's) Pulsar's
-standalone logs "Failed to create the default namespace" and starts without it; scripts written
-for Pulsar (Apache's client CI, for one) then create it themselves with a ``PUT`` that would
-answer 409 if it were there. keyshared decides the same way, by authenticating the configured
+keys. The standalone uses that client to create the ``public`` tenant and ``public/default`` at
+its first start, so with authentication on and no credentials (or credentials that are not a
+super user's) Pulsar's standalone logs the failure and starts without them; scripts written for
+Pulsar (Apache's client CI, for one) then create them with ``PUT``s that would answer 409 if
+they were there, leaving the scripts' admin roles and grants unset. keyshared decides the same way, by authenticating the configured
 credentials with its own providers.
 
 Plugins understood, by Pulsar's class names (the short names ``token``, ``basic``, ``tls`` too):
