@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 _LINEAR = 1024  # exact below this many microseconds
 _SUB = 512  # then 512 buckets per power of two: better than 0.2 % relative precision
 
