@@ -91,3 +91,17 @@ def test_every_change_reaches_the_listeners(tmp_path: Path) -> None:
     policies.delete_namespace("public/default")
     assert len(seen) == 4 and seen == sorted(set(seen))
     assert not policies.namespace_exists("public/default")
+
+
+def test_a_partitioned_topics_policy_reaches_its_partitions(tmp_path: Path) -> None:
+    policies = service(tmp_path)
+    base = TopicName.parse("persistent://public/default/p")
+    part = base.partition(1)
+    policies.update_topic(base.full, {"maxProducersPerTopic": 3})
+    quota = {"limitSize": 10, "limitTime": -1, "policy": "producer_exception"}
+    policies.update_topic(base.full, {"backlogQuotaMap": {"destination_storage": quota}})
+    assert policies.effective(part, "maxProducersPerTopic") == 3
+    assert policies.effective_entry(part, "backlogQuotaMap", "destination_storage") == quota
+    # The partition's own policy, where set, comes first.
+    policies.update_topic(part.full, {"maxProducersPerTopic": 5})
+    assert policies.effective(part, "maxProducersPerTopic") == 5

@@ -149,13 +149,23 @@ class PolicyService:
         """Policy ``name`` in force on ``topic``: topic policy, else namespace policy, else the
         broker setting."""
         policy = POLICIES[name]
-        value = self.topic(topic.full).get(policy.topic_field)
-        if policy.is_set(value):
-            return value
+        for level in self._topic_levels(topic):
+            value = level.get(policy.topic_field)
+            if policy.is_set(value):
+                return value
         value = (self.namespace(topic.namespace_name) or {}).get(policy.namespace_field)
         if policy.is_set(value):
             return value
         return getattr(self.config, policy.broker_key) if policy.broker_key else None
+
+    def _topic_levels(self, topic: TopicName) -> list[dict[str, Any]]:
+        """The topic policies that apply to ``topic``: its own, then, for a partition, its
+        partitioned topic's (Pulsar keeps topic policies under the partitioned topic's name,
+        so a policy set on a partitioned topic reaches every partition)."""
+        levels = [self.topic(topic.full)]
+        if topic.partition_index >= 0:
+            levels.append(self.topic(topic.partitioned_base.full))
+        return levels
 
     def effective_entry(self, topic: TopicName, name: str, key: str) -> Any:
         """For a map policy (``backlogQuotaMap``: quota type -> quota), the entry ``key`` in
@@ -163,12 +173,11 @@ class PolicyService:
         module applies the broker default). Pulsar resolves its backlog quotas per type this
         way, so a topic may set a time quota and inherit the namespace's size quota."""
         policy = POLICIES[name]
-        for level in (
-            self.topic(topic.full).get(policy.topic_field),
-            (self.namespace(topic.namespace_name) or {}).get(policy.namespace_field),
-        ):
-            if isinstance(level, dict) and level.get(key) is not None:
-                return level[key]
+        maps = [level.get(policy.topic_field) for level in self._topic_levels(topic)]
+        maps.append((self.namespace(topic.namespace_name) or {}).get(policy.namespace_field))
+        for found in maps:
+            if isinstance(found, dict) and found.get(key) is not None:
+                return found[key]
         return None
 
     def namespace_effective(self, namespace: str, name: str) -> Any:
