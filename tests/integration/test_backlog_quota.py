@@ -282,6 +282,17 @@ def test_rest_round_trip_and_bad_input(qb: BrokerProcess) -> None:
     ok(qb, "DELETE", tpath(topic, "backlogQuota"))
     assert stats(qb, topic)["backlogQuotaLimitSize"] == 1024
 
+    # On a partitioned topic, the quota reaches every partition.
+    partitioned = f"persistent://{ns}/p"
+    ok(qb, "PUT", tpath(partitioned, "partitions"), 2)
+    ok(
+        qb,
+        "POST",
+        tpath(partitioned, "backlogQuota"),
+        {"limitSize": 77, "policy": "producer_exception"},
+    )
+    assert stats(qb, partitioned + "-partition-1")["backlogQuotaLimitSize"] == 77
+
     # Both in a namespace's Policies body, as Pulsar's Java admin client sends them.
     quota = {"destination_storage": {"limit": 10, "policy": "producer_request_hold"}}
     ok(
