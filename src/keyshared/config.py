@@ -44,6 +44,10 @@ NO_OP_KEYS: dict[str, str] = {
     "defaultNumPartitions": "auto-created topics are always non-partitioned",
     "activeConsumerFailoverDelayTimeMillis": "failover switches the active consumer at once",
     "statsUpdateFrequencyInSecs": "stats are computed when asked for",
+    "preciseTimeBasedBacklogQuotaCheck": "the time backlog quota is always checked precisely"
+    " (the oldest unacked entry's publish time)",
+    "brokerDeleteInactivePartitionedTopicMetadataEnabled": "a partitioned topic's metadata is"
+    " kept when its partitions are deleted as inactive",
 }
 """Known Pulsar keys this broker accepts and ignores, with the reason."""
 

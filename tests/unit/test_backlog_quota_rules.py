@@ -62,6 +62,13 @@ def test_default_quota_from_broker_conf() -> None:
     assert bq.default_quota(cfg) == bq.BacklogQuota(1000, 30, "consumer_backlog_eviction")
 
 
+def test_related_pulsar_keys_are_reported_as_ignored() -> None:
+    cfg = BrokerConfig()
+    cfg.set("preciseTimeBasedBacklogQuotaCheck", "true")
+    assert cfg.ignored_keys == ["preciseTimeBasedBacklogQuotaCheck"]
+    assert "precisely" in cfg.warnings()[0]
+
+
 def test_choices_are_checked_by_name() -> None:
     cfg = BrokerConfig()
     with pytest.raises(ConfigError, match="backlogQuotaDefaultRetentionPolicy"):
