@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pulsar
@@ -343,26 +344,51 @@ def cli(b: BrokerProcess, *args: str, expect: int = 0) -> str:
     return done.stdout
 
 
+def in_parallel(b: BrokerProcess, *commands: tuple[Any, ...]) -> list[str]:
+    """Independent CLI commands at once (each a tuple of arguments, an int last for the exit
+    status expected); their outputs in order."""
+
+    def one(c: tuple[Any, ...]) -> str:
+        if isinstance(c[-1], int):
+            return cli(b, *c[:-1], expect=c[-1])
+        return cli(b, *c)
+
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(one, commands))
+
+
 def test_cli_round_trip(qb: BrokerProcess) -> None:
     ns = new_namespace(qb)
     topic = f"persistent://{ns}/cli"
     ok(qb, "PUT", tpath(topic))
-    cli(qb, "namespaces", "set-backlog-quota", ns, "-l", "10M", "-p", "producer_exception")
-    cli(
+    age_quota = ("-lt", "1h", "-p", "consumer_backlog_eviction", "-t", "message_age")
+    inactive = ("-e", "-t", "5m", "-m", "delete_when_no_subscriptions")
+    in_parallel(
         qb,
-        "namespaces",
-        "set-backlog-quota",
-        ns,
-        "-lt",
-        "1h",
-        "-p",
-        "consumer_backlog_eviction",
-        "-t",
-        "message_age",
+        ("namespaces", "set-backlog-quota", ns, "-l", "10M", "-p", "producer_exception"),
+        ("namespaces", "set-backlog-quota", ns, *age_quota),
+        # pulsar-admin's rule: a size quota needs --limit.
+        ("namespaces", "set-backlog-quota", ns, "-p", "producer_exception", 2),
+        ("topics", "set-backlog-quota", topic, "-l", "4k", "-p", "producer_request_hold"),
+        ("namespaces", "set-inactive-topic-policies", ns, *inactive),
     )
-    cli(qb, "namespaces", "remove-backlog-quota", ns)
-    shown = json.loads(cli(qb, "namespaces", "get-backlog-quotas", ns))
-    assert shown == {
+    _, shown_inactive = in_parallel(
+        qb,
+        ("namespaces", "remove-backlog-quota", ns),
+        ("namespaces", "get-inactive-topic-policies", ns),
+    )
+    assert json.loads(shown_inactive) == {
+        "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
+        "maxInactiveDurationSeconds": 300,
+        "deleteWhileInactive": True,
+    }
+    shown, applied, _ = in_parallel(
+        qb,
+        ("namespaces", "get-backlog-quotas", ns),
+        ("topics", "get-backlog-quotas", topic, "--applied"),
+        ("namespaces", "remove-inactive-topic-policies", ns),
+    )
+    assert json.loads(shown) == {
         "message_age": {
             "limit": -1,
             "limitSize": -1,
@@ -370,27 +396,6 @@ def test_cli_round_trip(qb: BrokerProcess) -> None:
             "policy": "consumer_backlog_eviction",
         }
     }
-    # pulsar-admin's rule: a size quota needs --limit.
-    cli(qb, "namespaces", "set-backlog-quota", ns, "-p", "producer_exception", expect=2)
-    cli(qb, "topics", "set-backlog-quota", topic, "-l", "4k", "-p", "producer_request_hold")
-    applied = json.loads(cli(qb, "topics", "get-backlog-quotas", topic, "--applied"))
-    assert applied["destination_storage"]["limitSize"] == 4096
-    assert applied["message_age"]["limitTime"] == 3600
-    cli(
-        qb,
-        "namespaces",
-        "set-inactive-topic-policies",
-        ns,
-        "-e",
-        "-t",
-        "5m",
-        "-m",
-        "delete_when_no_subscriptions",
-    )
-    assert json.loads(cli(qb, "namespaces", "get-inactive-topic-policies", ns)) == {
-        "inactiveTopicDeleteMode": "delete_when_no_subscriptions",
-        "maxInactiveDurationSeconds": 300,
-        "deleteWhileInactive": True,
-    }
-    cli(qb, "namespaces", "remove-inactive-topic-policies", ns)
+    assert json.loads(applied)["destination_storage"]["limitSize"] == 4096
+    assert json.loads(applied)["message_age"]["limitTime"] == 3600
     assert ok(qb, "GET", f"/admin/v2/namespaces/{ns}/inactiveTopicPolicies") is None
