@@ -53,11 +53,17 @@ class Deadline:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.limit = args.num_messages
-        self.end = time.perf_counter() + args.test_duration if args.test_duration > 0 else 0.0
+        self.duration = max(args.test_duration, 0)
+        self.end = 0.0
         self.stopped = threading.Event()
         self._old: dict[int, Any] = {}
 
-    def install(self) -> None:
+    def install(self, start: float) -> None:
+        """Take Ctrl-C and SIGTERM as "stop"; ``-time`` counts from ``start``, the run's own
+        clock, so set-up (connecting, creating producers) does not eat into it."""
+        if self.duration:
+            self.end = start + self.duration
+
         def handler(_sig: int, _frame: FrameType | None) -> None:
             self.stopped.set()
 

@@ -68,9 +68,9 @@ def run_consume(pulsar: Any, args: argparse.Namespace) -> dict[str, Any]:
                 if ahead > 0:
                     time.sleep(ahead)
 
-    stop.install()
     reporter.start()
     start = time.perf_counter()
+    stop.install(start)
     threads = [
         threading.Thread(target=receive_loop, args=(c,), name=f"perf-consumer-{i}", daemon=True)
         for i, c in enumerate(consumers)

@@ -85,9 +85,9 @@ def run_produce(pulsar: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     n_producers, n_payloads = len(producers), len(payloads)
     rate = args.rate
-    stop.install()
     reporter.start()
     start = time.perf_counter()
+    stop.install(start)
     try:
         while not stop.done(sent):
             if rate > 0:
