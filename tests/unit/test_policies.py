@@ -61,7 +61,7 @@ def test_every_policy_defaults_to_a_broker_setting(tmp_path: Path) -> None:
     policies = service(tmp_path)
     config = BrokerConfig()
     for name, policy in POLICIES.items():
-        assert policies.effective(TOPIC, name) == getattr(config, policy.broker_key), name
+        assert policies.effective(TOPIC, name) == policy.default(config), name
 
 
 def test_every_change_reaches_the_listeners(tmp_path: Path) -> None:

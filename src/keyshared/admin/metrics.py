@@ -52,6 +52,11 @@ _TOPIC_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("pulsar_storage_offloaded_size", "offloadedStorageSize", "Bytes offloaded to tiered storage"),
     ("pulsar_in_bytes_total", "bytesInCounter", "Bytes published since the topic was loaded"),
     ("pulsar_in_messages_total", "msgInCounter", "Messages published since the topic was loaded"),
+    (
+        "pulsar_publish_rate_limit_times",
+        "publishRateLimitedTimes",
+        "Sends that overdrew a publish rate limit (the producer's connection paused)",
+    ),
 )
 
 _SUBSCRIPTION_GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -199,6 +204,21 @@ class _Families:
         return iter(self._families.values())
 
 
+def _add_dispatch_throttling(fam: _Families, sub: dict[str, Any], labels: Labels) -> None:
+    """Pulsar's dispatch-throttling counters, one series per ``reason`` that throttled."""
+    for reason in ("subscription", "topic", "broker"):
+        label = reason.capitalize()
+        for unit, field in (("msg", "Msg"), ("bytes", "Bytes")):
+            value = sub.get(f"dispatchThrottled{field}EventsBy{label}Limit")
+            if value:
+                fam.add(
+                    f"pulsar_subscription_dispatch_throttled_{unit}_events",
+                    labels | {"reason": reason},
+                    float(value),
+                    f"Reads held back by a dispatch rate limit on {unit}",
+                )
+
+
 class BrokerCollector(Collector):
     """Collects Pulsar's topic, subscription (and optionally consumer and producer) metrics."""
 
@@ -259,6 +279,7 @@ class BrokerCollector(Collector):
                 )
                 if sub.get("type") == "Key_Shared":
                     fam.add_all(_DRAINING_GAUGES, sub, s_labels)
+                _add_dispatch_throttling(fam, sub, s_labels)
                 if consumers_on:
                     for c, consumer in zip(
                         topic.subscriptions[sub_name].consumers, sub["consumers"], strict=False

@@ -226,6 +226,10 @@ _HANDLED = frozenset(
 )
 
 
+# Pulsar's Policies fields of the rate limits (admin/routes_rates.py): maps by cluster name.
+RATE_FIELDS = ("publishMaxMessageRate", "topicDispatchRate", "subscriptionDispatchRate")
+
+
 def check_ttl(ttl: int) -> int:
     """A message TTL in seconds; Pulsar refuses negative ones (412)."""
     if ttl < 0:
@@ -265,5 +269,6 @@ def namespace_view(
         SCHEMA_AUTO_UPDATE: policies.get(SCHEMA_AUTO_UPDATE),
         SCHEMA_VALIDATION: bool(policies.get(SCHEMA_VALIDATION)),
         **{field: policies.get(field) for field in LIMIT_FIELDS},
+        **{field: policies.get(field) or {} for field in RATE_FIELDS},
         "deleted": False,
     }

@@ -181,6 +181,7 @@ class PersistentTopic:
         sub = Subscription(
             self, name, cursor, durable=durable, config=self.config, scheduler=self.scheduler
         )
+        sub.dispatch_throttle = self.service.rate_limits.dispatch_throttle(self.name, name)
         self.subscriptions[name] = sub
         return sub
 
@@ -655,6 +656,7 @@ class PersistentTopic:
             "msgChunkPublished": False,
             "storageSize": self.ledger.total_size,
             "backlogSize": backlog_size,
+            "publishRateLimitedTimes": self.service.rate_limits.publish_limited_times(self.name),
             "earliestMsgPublishTimeInBacklogs": 0,
             "offloadedStorageSize": 0,
             "waitingPublishers": self.producers.access.waiting_count,

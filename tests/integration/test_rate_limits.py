@@ -1,0 +1,301 @@
+"""Publish and dispatch rate limits through the official client and the admin API.
+
+Throttling only delays: every send is confirmed and every message delivered, in key order, and
+the time taken shows the rate held. Only lower bounds on time are asserted: a loaded machine
+can only make things slower. A bucket starts full (one second's worth), so N messages at R/s
+take at least (N - R) / R seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+
+import pulsar
+import pytest
+
+from tests.broker_process import BrokerProcess
+from tests.integration.admin_support import new_namespace, ok, raw, tpath
+from tests.integration.conftest import make_client
+
+pytestmark = pytest.mark.integration
+
+
+def publish_all(client: pulsar.Client, topic: str, n: int, size: int = 10) -> float:
+    """Send ``n`` messages without batching (one frame each); seconds until all confirmed."""
+    producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=1000)
+    results: list[pulsar.Result] = []
+    done = threading.Event()
+
+    def sent(res: pulsar.Result, _: object) -> None:
+        results.append(res)
+        if len(results) == n:
+            done.set()
+
+    start = time.monotonic()
+    for i in range(n):
+        producer.send_async(str(i).encode().ljust(size, b"."), sent)
+    assert done.wait(60), f"{len(results)} of {n} confirmed"
+    elapsed = time.monotonic() - start
+    producer.close()
+    assert all(r == pulsar.Result.Ok for r in results)
+    return elapsed
+
+
+def drain(consumer: pulsar.Consumer, n: int) -> list[bytes]:
+    out = []
+    for _ in range(n):
+        msg = consumer.receive(10_000)
+        out.append(msg.data())
+        consumer.acknowledge(msg)
+    return out
+
+
+def test_topic_publish_rate_delays_sends_and_loses_nothing(broker: BrokerProcess) -> None:
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/pub"
+    ok(broker, "PUT", tpath(topic))
+    ok(broker, "POST", tpath(topic, "publishRate"), {"publishThrottlingRateInMsg": 200})
+    assert ok(broker, "GET", tpath(topic, "publishRate")) == {
+        "publishThrottlingRateInMsg": 200,
+        "publishThrottlingRateInByte": -1,
+    }
+    client = make_client(broker.service_url)
+    try:
+        consumer = client.subscribe(topic, "s")
+        elapsed = publish_all(client, topic, 600)
+        # 200 at once, then 400 at 200/s.
+        assert elapsed >= 1.8, elapsed
+        got = drain(consumer, 600)
+        assert sorted(int(d.rstrip(b".")) for d in got) == list(range(600))
+        stats = ok(broker, "GET", tpath(topic, "stats"))
+        assert stats["msgInCounter"] == 600
+        assert stats["publishRateLimitedTimes"] > 0
+        with urllib.request.urlopen(broker.web_url + "/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        line = next(
+            m
+            for m in metrics.splitlines()
+            if m.startswith("pulsar_publish_rate_limit_times{") and f'topic="{topic}"' in m
+        )
+        assert float(line.rsplit(" ", 1)[1]) > 0
+        # Without the limit the same sends are not held back.
+        ok(broker, "DELETE", tpath(topic, "publishRate"))
+        assert ok(broker, "GET", tpath(topic, "publishRate")) is None
+        before = ok(broker, "GET", tpath(topic, "stats"))["publishRateLimitedTimes"]
+        publish_all(client, topic, 600)
+        after = ok(broker, "GET", tpath(topic, "stats"))["publishRateLimitedTimes"]
+        assert after == before
+        assert len(drain(consumer, 600)) == 600
+    finally:
+        client.close()
+
+
+def test_namespace_byte_rate_applies_to_its_topics(broker: BrokerProcess) -> None:
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/bytes"
+    ok(broker, "PUT", tpath(topic))
+    ok(
+        broker,
+        "POST",
+        f"/admin/v2/namespaces/{ns}/publishRate",
+        {"publishThrottlingRateInByte": 20_000},
+    )
+    assert ok(broker, "GET", f"/admin/v2/namespaces/{ns}/publishRate") == {
+        "publishThrottlingRateInMsg": -1,
+        "publishThrottlingRateInByte": 20_000,
+    }
+    # The namespace keeps it as Pulsar's Policies does: by cluster.
+    policies = ok(broker, "GET", f"/admin/v2/namespaces/{ns}")
+    assert policies["publishMaxMessageRate"]["standalone"]["publishThrottlingRateInByte"] == 20_000
+    applied = ok(broker, "GET", tpath(topic, "publishRate") + "?applied=true")
+    assert applied["publishThrottlingRateInByte"] == 20_000
+    client = make_client(broker.service_url)
+    try:
+        consumer = client.subscribe(topic, "s")
+        # 60 KB: 20 KB at once, then 40 KB at 20 KB/s.
+        elapsed = publish_all(client, topic, 60, size=1000)
+        assert elapsed >= 1.6, elapsed
+        assert len(drain(consumer, 60)) == 60
+    finally:
+        client.close()
+
+
+def test_subscription_dispatch_rate_delays_a_backlog_in_key_order(broker: BrokerProcess) -> None:
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/ks"
+    ok(broker, "PUT", tpath(topic))
+    client = make_client(broker.service_url)
+    n, keys = 300, 12
+    try:
+        client.subscribe(topic, "ks", consumer_type=pulsar.ConsumerType.KeyShared).close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(n):
+            producer.send_async(str(i).encode(), None, partition_key=f"k{i % keys}")
+        producer.flush()
+        ok(
+            broker,
+            "POST",
+            tpath(topic, "subscriptionDispatchRate"),
+            {"dispatchThrottlingRateInMsg": 100, "ratePeriodInSecond": 1},
+        )
+        lock = threading.Lock()
+        seen: dict[str, list[int]] = {}
+        done = threading.Event()
+        count = [0]
+
+        def listener(consumer: pulsar.Consumer, msg: pulsar.Message) -> None:
+            with lock:
+                seen.setdefault(msg.partition_key(), []).append(int(msg.data()))
+                count[0] += 1
+                if count[0] == n:
+                    done.set()
+            consumer.acknowledge(msg)
+
+        start = time.monotonic()
+        consumers = [
+            client.subscribe(
+                topic,
+                "ks",
+                consumer_type=pulsar.ConsumerType.KeyShared,
+                message_listener=listener,
+                consumer_name=f"c{i}",
+            )
+            for i in range(2)
+        ]
+        assert done.wait(60), f"{count[0]} of {n} delivered"
+        elapsed = time.monotonic() - start
+        # 100 at once, then 200 at 100/s.
+        assert elapsed >= 1.6, elapsed
+        for key, seqs in seen.items():
+            assert seqs == sorted(seqs), f"{key} out of order: {seqs}"
+        assert sorted(s for seqs in seen.values() for s in seqs) == list(range(n))
+        sub = ok(broker, "GET", tpath(topic, "stats"))["subscriptions"]["ks"]
+        assert sub["dispatchThrottledMsgEventsBySubscriptionLimit"] > 0
+        assert sub["dispatchThrottledMsgEventsByTopicLimit"] == 0
+        for c in consumers:
+            c.close()
+        producer.close()
+    finally:
+        client.close()
+
+
+def test_namespace_dispatch_rate_limits_each_topic(broker: BrokerProcess) -> None:
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/disp"
+    ok(broker, "PUT", tpath(topic))
+    client = make_client(broker.service_url)
+    try:
+        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+        consumer.close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(200):
+            producer.send_async(str(i).encode(), None)
+        producer.flush()
+        ok(
+            broker,
+            "POST",
+            f"/admin/v2/namespaces/{ns}/dispatchRate",
+            {"dispatchThrottlingRateInMsg": 100},
+        )
+        start = time.monotonic()
+        consumer = client.subscribe(topic, "s", consumer_type=pulsar.ConsumerType.Shared)
+        got = drain(consumer, 200)
+        assert time.monotonic() - start >= 0.8
+        assert sorted(int(d) for d in got) == list(range(200))
+        sub = ok(broker, "GET", tpath(topic, "stats"))["subscriptions"]["s"]
+        assert sub["dispatchThrottledMsgEventsByTopicLimit"] > 0
+        with urllib.request.urlopen(broker.web_url + "/metrics", timeout=10) as resp:
+            metrics = resp.read().decode()
+        assert any(
+            m.startswith("pulsar_subscription_dispatch_throttled_msg_events{")
+            and 'reason="topic"' in m
+            and f'topic="{topic}"' in m
+            for m in metrics.splitlines()
+        )
+        producer.close()
+    finally:
+        client.close()
+
+
+def test_broker_publish_limit_from_broker_conf(fresh_broker: BrokerProcess) -> None:
+    fresh_broker.conf["brokerPublisherThrottlingMaxMessageRate"] = 200
+    fresh_broker.start()
+    client = make_client(fresh_broker.service_url)
+    try:
+        topics = [f"persistent://public/default/b{i}" for i in range(2)]
+        start = time.monotonic()
+        threads = [threading.Thread(target=publish_all, args=(client, t, 250)) for t in topics]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        # 500 sends over the two topics against one limit: 200 at once, then 300 at 200/s.
+        assert time.monotonic() - start >= 1.3
+        for t in topics:
+            assert ok(fresh_broker, "GET", tpath(t, "stats"))["msgInCounter"] == 250
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("policy", ["publishRate", "dispatchRate", "subscriptionDispatchRate"])
+def test_rate_bodies_are_checked(broker: BrokerProcess, policy: str) -> None:
+    ns = new_namespace(broker)
+    path = f"/admin/v2/namespaces/{ns}/{policy}"
+    field = (
+        "publishThrottlingRateInMsg" if policy == "publishRate" else "dispatchThrottlingRateInMsg"
+    )
+    for body, status, words in [
+        ([1, 2], 400, "JSON object"),
+        ({field: "fast"}, 400, field),
+        ({field: True}, 400, field),
+        ({field: 1.5}, 400, field),
+        ({"rateInMsg": 10}, 400, "rateInMsg"),
+        ({field: -2}, 412, field),
+    ]:
+        code, _, answer = raw(broker, "POST", path, body)
+        assert code == status and words in answer.decode(), (body, code, answer)
+    code, _, answer = raw(broker, "POST", path)
+    assert code == 400, answer
+    if policy != "publishRate":
+        code, _, answer = raw(broker, "POST", path, {field: 5, "ratePeriodInSecond": 0})
+        assert code == 412 and b"ratePeriodInSecond" in answer
+        code, _, answer = raw(broker, "POST", path, {field: 5, "relativeToPublishRate": True})
+        assert code == 501 and b"relativeToPublishRate" in answer
+    # Nothing was stored by any of them.
+    assert ok(broker, "GET", path) is None
+    # Missing namespace and topic.
+    assert raw(broker, "GET", f"/admin/v2/namespaces/{ns}x/{policy}")[0] == 404
+    assert raw(broker, "GET", tpath(f"persistent://{ns}/missing", policy))[0] == 404
+
+
+def test_dispatch_rate_round_trip_with_period(broker: BrokerProcess) -> None:
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/rt"
+    ok(broker, "PUT", tpath(topic))
+    body = {"dispatchThrottlingRateInByte": 4096, "ratePeriodInSecond": 10}
+    ok(broker, "POST", tpath(topic, "dispatchRate"), body)
+    assert ok(broker, "GET", tpath(topic, "dispatchRate")) == {
+        "dispatchThrottlingRateInMsg": -1,
+        "dispatchThrottlingRateInByte": 4096,
+        "relativeToPublishRate": False,
+        "ratePeriodInSecond": 10,
+    }
+    # Unset at the topic: the namespace's, then the broker's (no limit) apply.
+    ok(broker, "DELETE", tpath(topic, "dispatchRate"))
+    ok(
+        broker,
+        "POST",
+        f"/admin/v2/namespaces/{ns}/dispatchRate",
+        {"dispatchThrottlingRateInMsg": 7},
+    )
+    assert (
+        ok(broker, "GET", tpath(topic, "dispatchRate") + "?applied=true")[
+            "dispatchThrottlingRateInMsg"
+        ]
+        == 7
+    )
+    ok(broker, "DELETE", f"/admin/v2/namespaces/{ns}/dispatchRate")
+    applied = ok(broker, "GET", tpath(topic, "dispatchRate") + "?applied=true")
+    assert applied["dispatchThrottlingRateInMsg"] == 0
