@@ -299,3 +299,47 @@ def test_dispatch_rate_round_trip_with_period(broker: BrokerProcess) -> None:
     ok(broker, "DELETE", f"/admin/v2/namespaces/{ns}/dispatchRate")
     applied = ok(broker, "GET", tpath(topic, "dispatchRate") + "?applied=true")
     assert applied["dispatchThrottlingRateInMsg"] == 0
+
+
+def test_cli_round_trip(broker: BrokerProcess) -> None:
+    from tests.integration.test_cli_admin import out_json, parallel, run
+
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/cli"
+    ok(broker, "PUT", tpath(topic))
+    parallel(
+        broker,
+        ("namespaces", "set-publish-rate", ns, "-m", "300", "-b", "4096"),
+        ("namespaces", "set-dispatch-rate", ns, "-md", "50", "-dt", "2"),
+        ("namespaces", "set-subscription-dispatch-rate", ns, "-bd", "1000"),
+        ("topics", "set-publish-rate", topic, "--msg-publish-rate", "10"),
+    )
+    publish, dispatch, sub_dispatch, topic_publish, topic_dispatch = (
+        out_json(d)
+        for d in parallel(
+            broker,
+            ("namespaces", "get-publish-rate", ns),
+            ("namespaces", "get-dispatch-rate", ns),
+            ("namespaces", "get-subscription-dispatch-rate", ns),
+            ("topics", "get-publish-rate", topic),
+            ("topics", "get-dispatch-rate", topic, "--applied"),
+        )
+    )
+    assert publish == {"publishThrottlingRateInMsg": 300, "publishThrottlingRateInByte": 4096}
+    assert dispatch["dispatchThrottlingRateInMsg"] == 50 and dispatch["ratePeriodInSecond"] == 2
+    assert sub_dispatch["dispatchThrottlingRateInByte"] == 1000
+    assert topic_publish["publishThrottlingRateInMsg"] == 10
+    assert topic_dispatch == dispatch  # inherited from the namespace
+    parallel(
+        broker,
+        ("namespaces", "remove-publish-rate", ns),
+        ("namespaces", "remove-dispatch-rate", ns),
+        ("namespaces", "remove-subscription-dispatch-rate", ns),
+        ("topics", "remove-publish-rate", topic),
+    )
+    for path in ("publishRate", "dispatchRate", "subscriptionDispatchRate"):
+        assert ok(broker, "GET", f"/admin/v2/namespaces/{ns}/{path}") is None
+    assert ok(broker, "GET", tpath(topic, "publishRate")) is None
+    # A bad value is refused with the broker's reason.
+    failed = run(broker, "namespaces", "set-dispatch-rate", ns, "-md", "5", "-dt", "0", expect=1)
+    assert "ratePeriodInSecond" in failed.stderr
