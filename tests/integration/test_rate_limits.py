@@ -8,6 +8,7 @@ take at least (N - R) / R seconds.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.request
@@ -17,7 +18,9 @@ import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.integration.admin_support import new_namespace, ok, raw, tpath
+from tests.integration.chromium_cdp import Chromium
 from tests.integration.conftest import make_client
+from tests.integration.test_dashboard import browser  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.integration
 
@@ -343,3 +346,32 @@ def test_cli_round_trip(broker: BrokerProcess) -> None:
     # A bad value is refused with the broker's reason.
     failed = run(broker, "namespaces", "set-dispatch-rate", ns, "-md", "5", "-dt", "0", expect=1)
     assert "ratePeriodInSecond" in failed.stderr
+
+
+def test_dashboard_marks_a_throttled_producer(
+    broker: BrokerProcess,
+    browser: Chromium,  # noqa: F811 - the fixture of test_dashboard
+) -> None:
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/dash"
+    ok(broker, "PUT", tpath(topic))
+    ok(broker, "POST", tpath(topic, "publishRate"), {"publishThrottlingRateInMsg": 1})
+    client = make_client(broker.service_url)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False, producer_name="slow")
+        confirmed: list[pulsar.Result] = []
+        for i in range(6):  # one a second: held for about five seconds
+            producer.send_async(str(i).encode(), lambda res, _: confirmed.append(res))
+        browser.goto(f"{broker.web_url}/?filter=dash")
+        browser.wait_for("document.body.dataset.loaded === 'true'")
+        marked = (
+            f"document.querySelector('article.topic[data-topic={json.dumps(topic)}] "
+            '.p.throttled[data-producer="slow"] .badge.throttled\') !== null'
+        )
+        browser.wait_for(marked, timeout=10)
+        producer.flush()
+        assert confirmed == [pulsar.Result.Ok] * 6
+        browser.wait_for(f"!({marked})", timeout=10)
+        producer.close()
+    finally:
+        client.close()

@@ -50,7 +50,10 @@ class Conn:
 
     def __init__(self) -> None:
         self.holds = 0
-        self.paused_at: list[float] = []
+
+    @property
+    def conn(self) -> object:
+        return self
 
     def throttle(self) -> None:
         self.holds += 1
@@ -101,10 +104,11 @@ def test_publish_limiter_throttles_and_lifts_when_refilled() -> None:
         assert not limiter.on_publish(conn, 1, 10)
     assert limiter.on_publish(conn, 1, 10)  # the 100th empties the bucket
     assert conn.holds == 1 and limiter.limited_times == 1
+    assert limiter.held() == {id(conn)}
     clock.advance(0.005)
     assert conn.holds == 1
     clock.advance(0.02)  # one token back (100/s: 10 ms), past the 16 ms resolution
-    assert conn.holds == 0 and limiter.throttled == 0
+    assert conn.holds == 0 and limiter.throttled == 0 and limiter.held() == set()
 
 
 def test_publish_rate_is_kept_over_time() -> None:

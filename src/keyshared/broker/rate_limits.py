@@ -75,10 +75,10 @@ class BrokerRateLimits:
         """Sends to ``name`` that overdrew a publish limit (``publishRateLimitedTimes``)."""
         return self.publish.limited_times(name.full)
 
-    def publish_throttled(self, name: TopicName) -> bool:
-        """Whether producers of ``name`` are held by its publish rate right now."""
-        limiter = self.publish.topic_limiter(name.full, self._rate(name, "publishRate"))
-        return limiter is not None and limiter.throttled > 0
+    def throttled_connections(self, name: TopicName) -> set[int]:
+        """Ids of the connections a publish limit of ``name`` (or the broker's) holds now: a
+        producer whose transport is one of them is being throttled."""
+        return self.publish.held(name.full)
 
     # --- dispatch --------------------------------------------------------------------------
     def dispatch_throttle(self, name: TopicName, subscription: str) -> DispatchThrottle:

@@ -172,6 +172,10 @@ class RateLimiter:
 class Throttleable(Protocol):
     """A producer's connection, as far as publish throttling goes (server/publish_buffer.py)."""
 
+    @property
+    def conn(self) -> object:
+        """The connection itself (the producers' transport), to tell which are held."""
+
     def throttle(self) -> None:
         """Stop reading from the client (counted: each call needs one :meth:`unthrottle`)."""
 
@@ -235,6 +239,10 @@ class PublishRateLimiter:
         if queue:
             self._arm()
 
+    def held(self) -> set[int]:
+        """Ids of the connections (:attr:`Throttleable.conn`) this limit holds now."""
+        return {id(t.conn) for t in self._queue}
+
     def release_all(self) -> None:
         """Lift every throttle now (the limit was removed or changed)."""
         queue, self._queue = self._queue, deque()
@@ -290,6 +298,12 @@ class PublishLimits:
             limiter.on_publish(conn, msgs, nbytes)
         if self.broker is not None and self.broker.on_publish(conn, msgs, nbytes):
             self._limited_times[topic] = self._limited_times.get(topic, 0) + 1
+
+    def held(self, topic: str) -> set[int]:
+        """Ids of the connections the topic's limit or the broker's holds now."""
+        limiter = self._topics.get(topic)
+        out = limiter.held() if limiter is not None else set()
+        return out | (self.broker.held() if self.broker is not None else set())
 
     def limited_times(self, topic: str) -> int:
         """Sends to ``topic`` that overdrew a limit since the broker started."""
