@@ -74,3 +74,27 @@ def test_every_change_reaches_the_listeners(tmp_path: Path) -> None:
     policies.delete_namespace("public/default")
     assert len(seen) == 4 and seen == sorted(set(seen))
     assert not policies.namespace_exists("public/default")
+
+
+def test_partitions_have_their_partitioned_topics_policies(tmp_path: Path) -> None:
+    policies = service(tmp_path)
+    rate = {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": -1}
+    policies.update_topic(TOPIC.full, {"publishRate": rate})
+    assert policies.effective(TOPIC.partition(3), "publishRate") == rate
+
+
+def test_rates_are_per_cluster_and_unset_without_a_positive_limit(tmp_path: Path) -> None:
+    policies = service(tmp_path, maxPublishRatePerTopicInMessages="5")
+    broker_rate = {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": 0}
+    assert policies.effective(TOPIC, "publishRate") == broker_rate
+    rate = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": 1000}
+    policies.update_namespace("public/default", {"publishRate": rate})
+    record = policies.namespace("public/default") or {}
+    assert record["publishMaxMessageRate"] == {"standalone": rate}
+    assert policies.effective(TOPIC, "publishRate") == rate
+    # No positive limit: unset, as Pulsar's normalize() makes it; the namespace's applies.
+    policies.update_topic(TOPIC.full, {"publishRate": {"publishThrottlingRateInMsg": 0}})
+    assert policies.effective(TOPIC, "publishRate") == rate
+    policies.update_namespace("public/default", {"publishRate": None})
+    assert "publishMaxMessageRate" not in (policies.namespace("public/default") or {})
+    assert policies.effective(TOPIC, "publishRate") == broker_rate

@@ -219,6 +219,11 @@ class PolicyService:
         broker setting."""
         policy = POLICIES[name]
         value = self.topic(topic.full).get(policy.topic_field)
+        if not policy.is_set(value):
+            # A partition has the policies of its partitioned topic, as in Pulsar.
+            base = topic.partitioned_base
+            if base.full != topic.full:
+                value = self.topic(base.full).get(policy.topic_field)
         if policy.is_set(value):
             return value
         value = policy.namespace_entry(self.namespace(topic.namespace_name), self._cluster)
