@@ -375,3 +375,47 @@ def test_dashboard_marks_a_throttled_producer(
         producer.close()
     finally:
         client.close()
+
+
+def test_one_subscriptions_own_dispatch_rate(broker: BrokerProcess) -> None:
+    ns = new_namespace(broker)
+    topic = f"persistent://{ns}/own"
+    ok(broker, "PUT", tpath(topic))
+    client = make_client(broker.service_url)
+    try:
+        for sub in ("slow", "fast"):
+            client.subscribe(topic, sub).close()
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(200):
+            producer.send_async(str(i).encode(), None)
+        producer.flush()
+        ok(
+            broker,
+            "POST",
+            tpath(topic, "slow", "dispatchRate"),
+            {"dispatchThrottlingRateInMsg": 100},
+        )
+        assert (
+            ok(broker, "GET", tpath(topic, "slow", "dispatchRate"))["dispatchThrottlingRateInMsg"]
+            == 100
+        )
+        assert ok(broker, "GET", tpath(topic, "fast", "dispatchRate")) is None
+        fast_applied = ok(broker, "GET", tpath(topic, "fast", "dispatchRate") + "?applied=true")
+        assert fast_applied["dispatchThrottlingRateInMsg"] == 0  # broker.conf: no limit
+        assert sorted(int(d) for d in drain(client.subscribe(topic, "fast"), 200)) == list(
+            range(200)
+        )
+        start = time.monotonic()
+        got = drain(client.subscribe(topic, "slow"), 200)
+        assert time.monotonic() - start >= 0.8
+        assert sorted(int(d) for d in got) == list(range(200))
+        subs = ok(broker, "GET", tpath(topic, "stats"))["subscriptions"]
+        assert subs["slow"]["dispatchThrottledMsgEventsBySubscriptionLimit"] > 0
+        assert subs["fast"]["dispatchThrottledMsgEventsBySubscriptionLimit"] == 0
+        ok(broker, "DELETE", tpath(topic, "slow", "dispatchRate"))
+        assert ok(broker, "GET", tpath(topic, "slow", "dispatchRate")) is None
+        code, _, answer = raw(broker, "POST", tpath(topic, "slow", "dispatchRate"), {"x": 1})
+        assert code == 400 and b"x" in answer
+        producer.close()
+    finally:
+        client.close()

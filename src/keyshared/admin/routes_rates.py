@@ -4,7 +4,8 @@
 ``publishThrottlingRateInByte``); ``.../dispatchRate`` and ``.../subscriptionDispatchRate``
 take ``DispatchRate`` (``dispatchThrottlingRateInMsg``, ``dispatchThrottlingRateInByte``,
 ``ratePeriodInSecond``, ``relativeToPublishRate``), on ``/admin/v2/namespaces/{t}/{ns}/`` and
-``/admin/v2/persistent/{t}/{ns}/{topic}/``. ``POST`` sets (204), ``GET`` returns the level's own
+``/admin/v2/persistent/{t}/{ns}/{topic}/``, and one subscription's own at
+``/admin/v2/persistent/{t}/{ns}/{topic}/{subName}/dispatchRate``. ``POST`` sets (204), ``GET`` returns the level's own
 value (null when not set; on a topic ``?applied=true`` gives the one in force), ``DELETE``
 falls back to the level above. -1 or 0 means no limit on that measure, as in Pulsar.
 
@@ -98,7 +99,41 @@ def rate_routes(service: BrokerService) -> APIRouter:
     router = APIRouter(tags=["policies"])
     for policy in _SHAPES:
         _add(router, service, policy)
+    _add_subscription_level(router, service)
     return router
+
+
+def _add_subscription_level(router: APIRouter, service: BrokerService) -> None:
+    """``.../{topic}/{subName}/dispatchRate``: one subscription's own dispatch rate, over the
+    topic's ``subscriptionDispatchRate``."""
+    resolve = Resolver(service)
+    store = service.policies
+    policy = "subscriptionDispatchRate"
+    path = _TOPIC + "{subscription}/dispatchRate"
+
+    @router.get(path, name="get_subscription_level_dispatch_rate")
+    async def get_rate(
+        tenant: str, namespace: str, topic: str, subscription: str, applied: bool = Query(False)
+    ) -> Any:
+        name = resolve.policy_topic(tenant, namespace, topic)
+        if applied:
+            return store.subscription_effective(name, subscription, policy)
+        return store.subscription_value(name, subscription, policy)
+
+    @router.post(path, status_code=204, name="set_subscription_level_dispatch_rate")
+    async def set_rate(
+        tenant: str, namespace: str, topic: str, subscription: str, request: Request
+    ) -> Response:
+        name = resolve.policy_topic(tenant, namespace, topic)
+        rate = parse_rate(policy, await request.body())
+        store.update_subscription(name.full, subscription, policy, rate)
+        return no_content()
+
+    @router.delete(path, status_code=204, name="remove_subscription_level_dispatch_rate")
+    async def remove_rate(tenant: str, namespace: str, topic: str, subscription: str) -> Response:
+        name = resolve.policy_topic(tenant, namespace, topic)
+        store.update_subscription(name.full, subscription, policy, None)
+        return no_content()
 
 
 def _add(router: APIRouter, service: BrokerService, policy: str) -> None:

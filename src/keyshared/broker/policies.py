@@ -190,6 +190,10 @@ POLICIES: dict[str, Policy] = {
 }
 """Every policy the broker resolves, by the name callers use."""
 
+SUBSCRIPTION_POLICIES: dict[str, str] = {"subscriptionDispatchRate": "dispatchRate"}
+"""Policies a single subscription may set (Pulsar's ``SubscriptionPolicies`` field, kept in the
+topic's policies under ``subscriptionPolicies.<subscription>``), by policy name."""
+
 POLICY_DEFAULTS: dict[str, str] = {name: p.broker_key for name, p in POLICIES.items()}
 """Policy name -> the ``broker.conf`` key of its default."""
 
@@ -234,6 +238,40 @@ class PolicyService:
     @property
     def _cluster(self) -> str:
         return self.config.clusterName
+
+    def subscription_effective(self, topic: TopicName, subscription: str, name: str) -> Any:
+        """Policy ``name`` in force on ``subscription`` of ``topic``: its own, else the topic's
+        resolution."""
+        value = self.subscription_value(topic, subscription, name)
+        return self.effective(topic, name) if value is None else value
+
+    def subscription_value(self, topic: TopicName, subscription: str, name: str) -> Any:
+        """Policy ``name`` as set on ``subscription`` itself (None when unset)."""
+        policy = POLICIES[name]
+        field = SUBSCRIPTION_POLICIES[name]
+        for level in dict.fromkeys((topic.full, topic.partitioned_base.full)):
+            subs = self.topic(level).get("subscriptionPolicies")
+            own = subs.get(subscription) if isinstance(subs, dict) else None
+            value = own.get(field) if isinstance(own, dict) else None
+            if policy.is_set(value):
+                return value
+        return None
+
+    def update_subscription(self, topic: str, subscription: str, name: str, value: Any) -> None:
+        """Set (None removes) policy ``name`` of one subscription of ``topic``."""
+        field = SUBSCRIPTION_POLICIES[name]
+        subs = self.topic(topic).get("subscriptionPolicies")
+        subs = dict(subs) if isinstance(subs, dict) else {}
+        own = dict(subs.get(subscription) or {})
+        if value is None:
+            own.pop(field, None)
+        else:
+            own[field] = value
+        if own:
+            subs[subscription] = own
+        else:
+            subs.pop(subscription, None)
+        self._write_topic(topic, {"subscriptionPolicies": subs or None})
 
     def namespace_effective(self, namespace: str, name: str) -> Any:
         """Policy ``name`` in force on ``namespace``: its own value, else the broker setting."""

@@ -3,7 +3,8 @@
 ``publishRate`` (topic > namespace > ``maxPublishRatePerTopicInMessages``/``InBytes``) and the
 broker-wide ``brokerPublisherThrottlingMaxMessageRate``/``MaxByteRate`` throttle producers'
 connections; ``dispatchRate`` and ``subscriptionDispatchRate`` (topic > namespace >
-``dispatchThrottlingRatePer{Topic,Subscription}In{Msg,Byte}``) and the broker-wide
+``dispatchThrottlingRatePer{Topic,Subscription}In{Msg,Byte}``; a subscription's own
+``dispatchRate`` comes first) and the broker-wide
 ``dispatchThrottlingRateInMsg``/``InByte`` limit what dispatchers read. Policies are resolved
 through the policy owner and cached per policy generation, so a change applies to the next send
 or read.
@@ -51,15 +52,18 @@ class BrokerRateLimits:
             clock, Rate(config.dispatchThrottlingRateInMsg, config.dispatchThrottlingRateInByte)
         )
         self._clock = clock
-        self._cache: dict[tuple[str, str], tuple[int, Rate]] = {}
+        self._cache: dict[tuple[str, str, str], tuple[int, Rate]] = {}
 
-    def _rate(self, name: TopicName, policy: str) -> Rate:
-        key = (name.full, policy)
+    def _rate(self, name: TopicName, policy: str, subscription: str = "") -> Rate:
+        key = (name.full, policy, subscription)
         generation = self.policies.generation
         held = self._cache.get(key)
         if held is not None and held[0] == generation:
             return held[1]
-        value = self.policies.effective(name, policy)
+        if subscription:
+            value = self.policies.subscription_effective(name, subscription, policy)
+        else:
+            value = self.policies.effective(name, policy)
         rate = publish_rate_of(value) if policy == "publishRate" else dispatch_rate_of(value)
         self._cache[key] = (generation, rate)
         return rate
@@ -86,7 +90,7 @@ class BrokerRateLimits:
 
         def resolve() -> tuple[Rate, Rate]:
             return (
-                self._rate(name, "subscriptionDispatchRate"),
+                self._rate(name, "subscriptionDispatchRate", subscription),
                 self._rate(name, "dispatchRate"),
             )
 
@@ -96,5 +100,5 @@ class BrokerRateLimits:
         """``name`` was deleted or unloaded: drop its limiters."""
         self.publish.forget(name.full)
         self.dispatch.forget(name.full)
-        for policy in ("publishRate", "dispatchRate", "subscriptionDispatchRate"):
-            self._cache.pop((name.full, policy), None)
+        for key in [k for k in self._cache if k[0] == name.full]:
+            del self._cache[key]
