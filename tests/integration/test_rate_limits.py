@@ -224,6 +224,7 @@ def test_namespace_dispatch_rate_limits_each_topic(broker: BrokerProcess) -> Non
 
 def test_broker_publish_limit_from_broker_conf(fresh_broker: BrokerProcess) -> None:
     fresh_broker.conf["brokerPublisherThrottlingMaxMessageRate"] = 200
+    fresh_broker.conf["keepAliveIntervalSeconds"] = 1
     fresh_broker.start()
     client = make_client(fresh_broker.service_url)
     try:
@@ -238,6 +239,24 @@ def test_broker_publish_limit_from_broker_conf(fresh_broker: BrokerProcess) -> N
         assert time.monotonic() - start >= 1.3
         for t in topics:
             assert ok(fresh_broker, "GET", tpath(t, "stats"))["msgInCounter"] == 250
+
+        # Held for seconds without a read, the connection is not taken for a dead one (the
+        # keepalive timeout waits while reading is paused, as Pulsar's does).
+        slow = "persistent://public/default/slow"
+        ok(fresh_broker, "PUT", tpath(slow))
+        ok(fresh_broker, "POST", tpath(slow, "publishRate"), {"publishThrottlingRateInByte": 1000})
+        producer = client.create_producer(slow, batching_enabled=False)
+        address = ok(fresh_broker, "GET", tpath(slow, "stats"))["publishers"][0]["address"]
+        for _ in range(3):
+            producer.send_async(b"x" * 3000, None)
+        # Each send overdraws the bucket by about 2000 bytes: the connection is not read for
+        # 2 s, then 3 s, more than twice keepAliveIntervalSeconds each time.
+        producer.flush()
+        stats = ok(fresh_broker, "GET", tpath(slow, "stats"))
+        assert stats["msgInCounter"] == 3
+        assert stats["publishers"][0]["address"] == address
+        assert "keepalive timeout" not in fresh_broker.log()
+        producer.close()
     finally:
         client.close()
 

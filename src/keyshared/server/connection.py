@@ -200,6 +200,8 @@ class ServerConnection(asyncio.Protocol):
             return
         self._reading = reading
         if reading:
+            # The client could not be heard while paused: idle time counts from now.
+            self.last_received = time.monotonic()
             self.transport.resume_reading()
             asyncio.get_running_loop().call_soon(self._handle_frames)
         else:
@@ -306,7 +308,9 @@ class ServerConnection(asyncio.Protocol):
             return
         interval = self.config.keepAliveIntervalSeconds
         idle = time.monotonic() - self.last_received
-        if idle > 2 * interval:
+        # Not while reading is paused (a publish limit): the client's answers wait unread, as
+        # Pulsar's keepalive waits while auto-read is off (set_reading restarts the count).
+        if idle > 2 * interval and self._reading:
             self._fail("keepalive timeout")
             return
         if self.connected and idle > interval:
