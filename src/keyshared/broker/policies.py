@@ -67,7 +67,7 @@ class Policy:
         """The value when neither the topic nor its namespace sets the policy."""
         if self.broker_default is not None:
             return self.broker_default(config)
-        return getattr(config, self.broker_key)
+        return getattr(config, self.broker_key) if self.broker_key else None
 
     def namespace_entry(self, record: Mapping[str, Any] | None, cluster: str) -> Any:
         """This policy's raw value in a namespace record (the cluster's entry if per cluster)."""
