@@ -231,6 +231,11 @@ class BrokerConfig:
     anonymousUserRole: str = ""
     # htpasswd lines for AuthenticationProviderBasic: a path, file:/data: URL or base64.
     basicAuthConf: str = ""
+    # The broker's own client (server/broker_client_auth.py): Pulsar's plugin class and its
+    # parameters. The standalone creates public/default only when these authenticate as a
+    # super user (or authentication is off), as Pulsar's standalone does.
+    brokerClientAuthenticationPlugin: str = ""
+    brokerClientAuthenticationParameters: str = ""
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
     exposeConsumerLevelMetricsInPrometheus: bool = False

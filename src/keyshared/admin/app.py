@@ -12,7 +12,7 @@ from keyshared import __version__
 from keyshared.admin.dashboard import add_dashboard_routes
 from keyshared.admin.metrics import add_metrics_route
 from keyshared.admin.permissions import add_permission_routes
-from keyshared.admin.rest import Resolver, install_rest_errors
+from keyshared.admin.rest import Resolver, broker_error_status, install_rest_errors
 from keyshared.admin.routes_clusters import cluster_routes
 from keyshared.admin.routes_compaction import compaction_routes
 from keyshared.admin.routes_limits import limit_routes
@@ -28,19 +28,6 @@ from keyshared.admin.routes_topics import topic_routes
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
-
-_HTTP_STATUS = {
-    ServerError.TopicNotFound: 404,
-    ServerError.SubscriptionNotFound: 404,
-    ServerError.ConsumerNotFound: 404,
-    ServerError.NotAllowedError: 409,
-    ServerError.InvalidTopicName: 412,
-    ServerError.AuthenticationError: 401,
-    ServerError.AuthorizationError: 403,
-    ServerError.ServiceNotReady: 503,
-    ServerError.MetadataError: 500,
-    ServerError.PersistenceError: 500,
-}
 
 
 class ORJSONResponse(JSONResponse):
@@ -61,7 +48,7 @@ def create_app(service: BrokerService) -> FastAPI:
 
     @app.exception_handler(BrokerError)
     async def broker_error(_: Request, exc: BrokerError) -> Response:
-        return ORJSONResponse({"reason": exc.message}, status_code=_HTTP_STATUS.get(exc.code, 500))
+        return ORJSONResponse({"reason": exc.message}, status_code=broker_error_status(exc.code))
 
     resolve = Resolver(service)
 

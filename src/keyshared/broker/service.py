@@ -38,7 +38,12 @@ class BrokerService:
     """Owns every topic of this broker and the metadata about them."""
 
     def __init__(
-        self, config: BrokerConfig, storage: Storage, scheduler: Scheduler | None = None
+        self,
+        config: BrokerConfig,
+        storage: Storage,
+        scheduler: Scheduler | None = None,
+        *,
+        default_namespace: bool = True,
     ) -> None:
         self.config = config
         self.storage = storage
@@ -54,7 +59,8 @@ class BrokerService:
         # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
-        self._ensure_defaults()
+        if default_namespace:
+            self.create_default_namespace()
 
     def _policies_changed(self) -> None:
         # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
@@ -62,10 +68,18 @@ class BrokerService:
             topic.on_policies_changed()
 
     # --- tenants and namespaces ------------------------------------------------------------
-    def _ensure_defaults(self) -> None:
+    def create_default_namespace(self) -> None:
+        """Create the ``public`` tenant and ``public/default`` unless they exist.
+
+        As Pulsar's standalone: the tenant is administered by the super users and allowed on
+        this cluster. The standalone calls this when its own client may (see
+        ``server/broker_client_auth.py``); when it may not, both are left to the operator's
+        scripts, whose ``PUT``s would otherwise answer 409 and leave their grants unset."""
         md = self.storage.metadata
         if md.get(TENANTS_PREFIX + "public") is None:
-            md.put(TENANTS_PREFIX + "public", _json({"adminRoles": [], "allowedClusters": []}))
+            admins = sorted({r.strip() for r in self.config.superUserRoles.split(",") if r.strip()})
+            tenant = {"adminRoles": admins, "allowedClusters": [self.config.clusterName]}
+            md.put(TENANTS_PREFIX + "public", _json(tenant))
         if not self.policies.namespace_exists("public/default"):
             self.policies.create_namespace("public/default")
 
