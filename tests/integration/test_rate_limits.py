@@ -222,8 +222,9 @@ def test_namespace_dispatch_rate_limits_each_topic(broker: BrokerProcess) -> Non
         client.close()
 
 
-def test_broker_publish_limit_from_broker_conf(fresh_broker: BrokerProcess) -> None:
+def test_broker_wide_limits_from_broker_conf(fresh_broker: BrokerProcess) -> None:
     fresh_broker.conf["brokerPublisherThrottlingMaxMessageRate"] = 200
+    fresh_broker.conf["dispatchThrottlingRateInMsg"] = 100
     fresh_broker.conf["keepAliveIntervalSeconds"] = 1
     fresh_broker.start()
     client = make_client(fresh_broker.service_url)
@@ -239,6 +240,15 @@ def test_broker_publish_limit_from_broker_conf(fresh_broker: BrokerProcess) -> N
         assert time.monotonic() - start >= 0.8
         for t in topics:
             assert ok(fresh_broker, "GET", tpath(t, "stats"))["msgInCounter"] == 200
+
+        # Every subscription's dispatch together: 100 at once, then 100 at 100/s.
+        start = time.monotonic()
+        late = client.subscribe(topics[0], "late", initial_position=pulsar.InitialPosition.Earliest)
+        assert sorted(int(d.rstrip(b".")) for d in drain(late, 200)) == list(range(200))
+        assert time.monotonic() - start >= 0.8
+        sub = ok(fresh_broker, "GET", tpath(topics[0], "stats"))["subscriptions"]["late"]
+        assert sub["dispatchThrottledMsgEventsByBrokerLimit"] > 0
+        late.close()
 
         # Held for seconds without a read, the connection is not taken for a dead one (the
         # keepalive timeout waits while reading is paused, as Pulsar's does).
