@@ -293,8 +293,8 @@ def test_rate_bodies_are_checked(broker: BrokerProcess, policy: str) -> None:
     if policy != "publishRate":
         code, _, answer = raw(broker, "POST", path, {field: 5, "ratePeriodInSecond": 0})
         assert code == 412 and b"ratePeriodInSecond" in answer
-        code, _, answer = raw(broker, "POST", path, {field: 5, "relativeToPublishRate": True})
-        assert code == 501 and b"relativeToPublishRate" in answer
+        code, _, answer = raw(broker, "POST", path, {field: 5, "relativeToPublishRate": "yes"})
+        assert code == 400 and b"relativeToPublishRate" in answer
     # Nothing was stored by any of them.
     assert ok(broker, "GET", path) is None
     # Missing namespace and topic.
@@ -314,6 +314,9 @@ def test_dispatch_rate_round_trip_with_period(broker: BrokerProcess) -> None:
         "relativeToPublishRate": False,
         "ratePeriodInSecond": 10,
     }
+    relative = {"dispatchThrottlingRateInMsg": 50, "relativeToPublishRate": True}
+    ok(broker, "POST", tpath(topic, "dispatchRate"), relative)
+    assert ok(broker, "GET", tpath(topic, "dispatchRate"))["relativeToPublishRate"] is True
     # Unset at the topic: the namespace's, then the broker's (no limit) apply.
     ok(broker, "DELETE", tpath(topic, "dispatchRate"))
     ok(

@@ -219,3 +219,44 @@ def test_unlimited_dispatch_is_untouched() -> None:
     th = throttle(clock, Rate(), Rate())
     assert th.budget(1000) == 1000
     assert th.retry_delay() == 0.0
+
+
+def test_bucket_rate_change_keeps_the_balance() -> None:
+    clock = Clock()
+    bucket = TokenBucket(10, clock)
+    bucket.consume(10)
+    clock.now += 0.5  # 5 earned at the old rate
+    bucket.set_rate(100)
+    assert bucket.tokens == pytest.approx(5)
+    clock.now += 0.1
+    assert bucket.tokens == pytest.approx(15)
+    bucket.set_rate(4)  # the capacity shrinks with the rate
+    assert bucket.tokens == 4
+
+
+def test_dispatch_relative_to_publish_rate_follows_the_topic() -> None:
+    """Pulsar's relativeToPublishRate: the limit is the publish rate plus the configured one."""
+    clock = Clock()
+    published = [0.0, 0.0]
+    th = DispatchThrottle(
+        clock,
+        lambda: (Rate(msgs=10, relative=True), Rate()),
+        SharedDispatchLimiters(clock),
+        "t",
+        lambda: (published[0], published[1]),
+    )
+    assert th.budget(100) == 10
+    th.dispatched(10, 10)
+    assert th.budget(100) == 0
+    clock.now += 0.5
+    assert th.budget(100) == 5  # 10/s while nothing is published
+    th.dispatched(5, 5)
+    published[0] = 90.0  # 100/s from the next look on
+    clock.now += 0.5
+    assert th.budget(1000) == 5  # earned at the old rate until now
+    th.dispatched(5, 5)
+    clock.now += 0.5
+    assert th.budget(1000) == 50
+    th.dispatched(50, 50)
+    published[0] = 0.0  # back to 10/s
+    assert th.retry_delay() == pytest.approx(0.1)  # one token at 10/s

@@ -10,9 +10,9 @@ value (null when not set; on a topic ``?applied=true`` gives the one in force), 
 falls back to the level above. -1 or 0 means no limit on that measure, as in Pulsar.
 
 Bad input is refused by name: a body that is not a JSON object, an unknown field or a value of
-the wrong type answers 400; a rate below -1 or a period below one second 412.
-``relativeToPublishRate: true`` is not implemented and answers 501 rather than being accepted
-and ignored. The broker enforces the rates (broker/rate_limits.py).
+the wrong type answers 400; a rate below -1 or a period below one second 412. With
+``relativeToPublishRate`` the limit is the topic's publish rate plus the given one, as in Pulsar.
+The broker enforces the rates (broker/rate_limits.py).
 """
 
 from __future__ import annotations
@@ -76,8 +76,6 @@ def parse_rate(policy: str, raw: bytes) -> dict[str, Any]:
         if field == "relativeToPublishRate":
             if not isinstance(value, bool):
                 raise RestError(400, f"Invalid {kind} field {field}: {value!r} is not a boolean")
-            if value:
-                raise RestError(501, "relativeToPublishRate is not implemented by keyshared")
             out[field] = value
             continue
         if isinstance(value, bool) or not isinstance(value, int):

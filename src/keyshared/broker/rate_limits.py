@@ -13,6 +13,7 @@ or read.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from keyshared.broker.throttle import (
@@ -85,8 +86,14 @@ class BrokerRateLimits:
         return self.publish.held(name.full)
 
     # --- dispatch --------------------------------------------------------------------------
-    def dispatch_throttle(self, name: TopicName, subscription: str) -> DispatchThrottle:
-        """The dispatch limits ``subscription`` of ``name`` obeys."""
+    def dispatch_throttle(
+        self,
+        name: TopicName,
+        subscription: str,
+        published: Callable[[], tuple[float, ...]] | None = None,
+    ) -> DispatchThrottle:
+        """The dispatch limits ``subscription`` of ``name`` obeys; ``published()`` gives the
+        topic's publish rates, for ``relativeToPublishRate``."""
 
         def resolve() -> tuple[Rate, Rate]:
             return (
@@ -94,7 +101,7 @@ class BrokerRateLimits:
                 self._rate(name, "dispatchRate"),
             )
 
-        return DispatchThrottle(self._clock, resolve, self.dispatch, name.full)
+        return DispatchThrottle(self._clock, resolve, self.dispatch, name.full, published)
 
     def forget(self, name: TopicName) -> None:
         """``name`` was deleted or unloaded: drop its limiters."""

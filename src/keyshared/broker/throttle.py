@@ -74,6 +74,15 @@ class TokenBucket:
             self._last = now
         return self._tokens
 
+    def set_rate(self, rate: float) -> None:
+        """Change the rate (and capacity), keeping the balance earned so far."""
+        if rate <= 0:
+            raise ValueError("a token bucket needs a positive rate")
+        tokens = self.tokens
+        self.rate = float(rate)
+        self.capacity = self.rate
+        self._tokens = min(tokens, self.capacity)
+
     def consume(self, amount: float) -> bool:
         """Take ``amount`` tokens (the balance may go negative); True if some are left."""
         left = self.tokens - amount
@@ -100,6 +109,8 @@ class Rate:
     msgs: int = 0
     bytes: int = 0
     period: int = 1
+    relative: bool = False
+    """Pulsar's ``relativeToPublishRate``: the limit is the topic's publish rate plus these."""
 
     @property
     def limited(self) -> bool:
@@ -125,6 +136,7 @@ def dispatch_rate_of(value: Any) -> Rate:
         int(value.get("dispatchThrottlingRateInMsg") or 0),
         int(value.get("dispatchThrottlingRateInByte") or 0),
         max(int(value.get("ratePeriodInSecond") or 1), 1),
+        bool(value.get("relativeToPublishRate")),
     )
 
 
@@ -145,6 +157,15 @@ class RateLimiter:
             if rate.bytes > 0
             else None
         )
+
+    def follow(self, published: tuple[float, ...]) -> None:
+        """For a rate relative to publishing: the limits become the topic's publish rates
+        (``published``: messages and bytes per second) plus the configured ones, as Pulsar's
+        ``getRelativeDispatchRateIn{Msg,Byte}``."""
+        if self.msgs is not None:
+            self.msgs.set_rate(self.rate.msgs + int(published[0]))
+        if self.bytes is not None:
+            self.bytes.set_rate(self.rate.bytes + int(published[1]))
 
     def consume(self, msgs: int, nbytes: int) -> tuple[bool, bool]:
         """Consume; returns whether the message bucket and the byte bucket are overdrawn."""
@@ -328,7 +349,8 @@ class DispatchThrottle:
 
     ``resolve()`` returns the subscription and topic rates in force (it is called before each
     read, so policy changes apply at once); the topic's and broker's limiters are shared with
-    the other subscriptions through ``shared``.
+    the other subscriptions through ``shared``. ``published()`` gives the topic's publish rates
+    (messages, bytes per second) for a rate relative to them.
     """
 
     def __init__(
@@ -337,11 +359,13 @@ class DispatchThrottle:
         resolve: Callable[[], tuple[Rate, Rate]],
         shared: SharedDispatchLimiters,
         topic: str,
+        published: Callable[[], tuple[float, ...]] | None = None,
     ) -> None:
         self._clock = clock
         self._resolve = resolve
         self._shared = shared
         self._topic = topic
+        self._published = published
         self._own: RateLimiter | None = None
         # Pulsar's dispatchThrottled{Msg,Bytes}EventsBy{Subscription,Topic,Broker}Limit.
         self.msg_events = dict.fromkeys(REASONS, 0)
@@ -360,6 +384,11 @@ class DispatchThrottle:
             out.append(("topic", topic))
         if self._shared.broker is not None:
             out.append(("broker", self._shared.broker))
+        if self._published is not None and (sub_rate.relative or topic_rate.relative):
+            published = self._published()
+            for _, limiter in out:
+                if limiter.rate.relative:
+                    limiter.follow(published)
         return out
 
     def budget(self, wanted: int) -> int:

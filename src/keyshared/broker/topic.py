@@ -181,7 +181,9 @@ class PersistentTopic:
         sub = Subscription(
             self, name, cursor, durable=durable, config=self.config, scheduler=self.scheduler
         )
-        sub.dispatch_throttle = self.service.rate_limits.dispatch_throttle(self.name, name)
+        sub.dispatch_throttle = self.service.rate_limits.dispatch_throttle(
+            self.name, name, lambda: self.rates_in.rates(self.msg_in_counter, self.bytes_in_counter)
+        )
         self.subscriptions[name] = sub
         return sub
 
