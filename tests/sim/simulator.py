@@ -602,7 +602,13 @@ class Simulation:
         """A consumer acks some of what it holds, in any order."""
         c = self.pick_live(lambda c: bool(c.held) and not c.paused)
         assert c is not None
-        n = len(c.held) if self.rng.random() < c.ack_prob else self.rng.randint(1, len(c.held))
+        x = self.rng.random()
+        if c.blocked and x < c.ack_prob / 2:
+            # Blocked on its unacked limit: half the time it acks all but a little more than
+            # half the limit, where it must stay blocked (no extra draw: the stream is kept).
+            n = max(1, len(c.held) - self.params.max_unacked // 2 - 1)
+        else:
+            n = len(c.held) if x < c.ack_prob else self.rng.randint(1, len(c.held))
         self.ack_some(c, n)
 
     def ack_some(self, c: Client, n: int) -> None:
