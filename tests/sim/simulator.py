@@ -82,7 +82,7 @@ CLASSIC_SALT = 0x282_C1A5
 # its own for the same reason (those seeds keep their schedules; what the broker does differs).
 SUB_UNACKED_SHARE = 1 / 4
 SUB_UNACKED_SALT = 0x5_0B_0AC4
-SUB_UNACKED_LIMITS = (2, 5, 8, 16, 40)
+SUB_UNACKED_LIMITS = (1, 2, 5, 8, 16, 40)
 
 
 def is_classic(seed: int) -> bool:
@@ -819,7 +819,7 @@ class Simulation:
         sub_limit = self.params.max_unacked_sub
         if self.sub_blocked:
             total = sum(self.held_messages(x) for x in self.live)
-            if total < sub_limit // 2:
+            if total < sub_limit // 2 or total == 0:
                 self.sub_blocked = False
 
     def _describe(self, m: OutboundMessage) -> str:

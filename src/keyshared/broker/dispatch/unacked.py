@@ -3,7 +3,8 @@
 Pulsar's ``PersistentDispatcherMultipleConsumers.addUnAckedMessages``: once the subscription's
 consumers together hold ``limit`` unacked messages or more, the dispatcher is blocked
 (``blockedSubscriptionOnUnackedMsgs``); it is unblocked when they hold fewer than half the
-limit (strictly fewer, where a consumer's own limit unblocks at half or less). 0 disables it.
+limit (strictly fewer, where a consumer's own limit unblocks at half or less), or hold none: a
+limit of 1 would otherwise block it for good, as it does in Pulsar. 0 disables it.
 
 Two choices beyond Pulsar, both so that the limit means what it says:
 
@@ -45,7 +46,7 @@ class SubscriptionUnackedLimit:
         if not self.blocked:
             self.blocked = unacked >= limit
             return False
-        if unacked < limit // 2:
+        if unacked < limit // 2 or unacked == 0:
             self.blocked = False
             return True
         return False
