@@ -202,8 +202,9 @@ class KeySharedDispatcher(SharedDispatcher):
                 limit = min(limit, per_s)
         if limit <= 0:
             big = 1 << 62
-            per_sub = cfg.maxUnackedMessagesPerSubscription
-            per_cons = cfg.maxUnackedMessagesPerConsumer
+            # The unacked limits in force on this topic (policies over broker.conf).
+            per_sub = self.unacked_limit.limit
+            per_cons = self.subscription.consumer_unacked_limit()
             limit = min(per_sub if per_sub > 0 else big, n * per_cons if per_cons > 0 else big)
         return limit
 
