@@ -19,6 +19,7 @@ import pytest
 from tests.broker_process import BrokerProcess
 from tests.integration.admin_support import new_namespace, ok, tpath, wait_for
 from tests.integration.conftest import make_client
+from tests.integration.test_metrics import one, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -192,6 +193,9 @@ def test_subscription_limit_across_two_consumers(broker: BrokerProcess, sub_type
         assert st["blockedSubscriptionOnUnackedMsgs"] is True and st["unackedMessages"] == 10
         # No consumer is blocked on its own limit (50,000): the subscription is.
         assert not any(c["blockedConsumerOnUnackedMsgs"] for c in st["consumers"])
+        _, samples, _ = scrape(broker)
+        labels = {"topic": topic, "subscription": "s"}
+        assert one(samples, "pulsar_subscription_blocked_on_unacked_messages", **labels) == 1
         for consumer, m in held[:5]:
             consumer.acknowledge(m)
         st = _until_unacked(broker, topic, "s", 5)
