@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pulsar
@@ -110,9 +111,16 @@ def test_consumer_blocks_at_its_limit_and_unblocks_at_half(
         client.close()
 
 
+@pytest.mark.parametrize("dispatcher", ["pip379", "classic"])
 def test_key_shared_blocked_consumer_keys_wait_others_flow_in_order(
-    broker: BrokerProcess,
+    request: pytest.FixtureRequest, dispatcher: str
 ) -> None:
+    if dispatcher == "classic":
+        fresh: BrokerProcess = request.getfixturevalue("fresh_broker")
+        fresh.conf["subscriptionKeySharedUseClassicPersistentImplementation"] = True
+        broker = fresh.start()
+    else:
+        broker = request.getfixturevalue("broker")
     ns = new_namespace(broker)
     topic = f"persistent://{ns}/ks"
     ok(broker, "PUT", tpath(topic))
@@ -289,10 +297,17 @@ def test_rest_round_trip_and_bad_input(broker: BrokerProcess) -> None:
     assert status == 404
 
 
-def _cli(broker: BrokerProcess, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+def _cli(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """``keyshared admin ARGS``; a last argument ``EXPECT-1`` wants exit status 1 and
+    Pulsar's refusal on stderr."""
+    expect = 0
+    if args[-1] == "EXPECT-1":
+        args, expect = args[:-1], 1
     cmd = [sys.executable, "-m", "keyshared.cli", "admin", "--admin-url", broker.web_url, *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == expect, (args, done.returncode, done.stdout, done.stderr)
+    if expect:
+        assert "maxUnackedNum must be 0 or more" in done.stderr
     return done
 
 
@@ -300,18 +315,27 @@ def test_cli_round_trip(broker: BrokerProcess) -> None:
     ns = new_namespace(broker)
     topic = f"persistent://{ns}/t"
     ok(broker, "PUT", tpath(topic))
-    _cli(broker, "namespaces", "set-max-unacked-messages-per-consumer", ns, "-c", "42")
-    _cli(broker, "topics", "set-max-unacked-messages-per-subscription", topic, "-m", "9")
-    got = _cli(broker, "namespaces", "get-max-unacked-messages-per-consumer", ns)
-    assert json.loads(got.stdout) == 42
-    assert ok(broker, "GET", tpath(topic, "maxUnackedMessagesOnSubscription")) == 9
-    applied = _cli(broker, "topics", "get-max-unacked-messages-per-consumer", topic, "--applied")
-    assert json.loads(applied.stdout) == 42  # the namespace's, inherited
-    bad = _cli(
-        broker, "topics", "set-max-unacked-messages-per-consumer", topic, "-m", "-1", expect=1
+
+    def cli(*commands: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+        # Independent commands run at once (each is a Python start-up).
+        with ThreadPoolExecutor(len(commands)) as pool:
+            return list(pool.map(lambda c: _cli(broker, *c), commands))
+
+    cli(
+        ("namespaces", "set-max-unacked-messages-per-consumer", ns, "-c", "42"),
+        ("topics", "set-max-unacked-messages-per-subscription", topic, "-m", "9"),
     )
-    assert "maxUnackedNum must be 0 or more" in bad.stderr
-    _cli(broker, "namespaces", "remove-max-unacked-messages-per-consumer", ns)
-    _cli(broker, "topics", "remove-max-unacked-messages-per-subscription", topic)
+    got, applied, _ = cli(
+        ("namespaces", "get-max-unacked-messages-per-consumer", ns),
+        ("topics", "get-max-unacked-messages-per-consumer", topic, "--applied"),
+        ("topics", "set-max-unacked-messages-per-consumer", topic, "-m", "-1", "EXPECT-1"),
+    )
+    assert json.loads(got.stdout) == 42
+    assert json.loads(applied.stdout) == 42  # the namespace's, inherited
+    assert ok(broker, "GET", tpath(topic, "maxUnackedMessagesOnSubscription")) == 9
+    cli(
+        ("namespaces", "remove-max-unacked-messages-per-consumer", ns),
+        ("topics", "remove-max-unacked-messages-per-subscription", topic),
+    )
     assert ok(broker, "GET", f"/admin/v2/namespaces/{ns}/maxUnackedMessagesPerConsumer") is None
     assert ok(broker, "GET", tpath(topic, "maxUnackedMessagesOnSubscription")) is None
