@@ -64,6 +64,7 @@ from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, 
 from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
 from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from keyshared.broker.subscription import AckItem, Subscription
+from keyshared.broker.throttle import DispatchThrottle, Rate, SharedDispatchLimiters
 from keyshared.config import BrokerConfig
 from keyshared.storage import batch_ack
 from keyshared.storage.cursor import CursorConfig, ManagedCursor
@@ -94,6 +95,24 @@ def sub_unacked_limit(seed: int) -> int:
     """The seed's maxUnackedMessagesPerSubscription (0: none), a function of the seed alone."""
     rng = random.Random(seed ^ SUB_UNACKED_SALT)
     return rng.choice(SUB_UNACKED_LIMITS) if rng.random() < SUB_UNACKED_SHARE else 0
+
+
+# The share of seeds whose subscription has a dispatch rate (broker/throttle.py), also drawn
+# from a stream of its own. Throttling only delays reads: every property must hold as without.
+RATE_SHARE = 1 / 5
+RATE_SALT = 0x4A7E_D15C
+
+
+def dispatch_rate(seed: int) -> Rate | None:
+    """The subscription dispatch rate ``seed`` runs with (a function of the seed alone)."""
+    rng = random.Random(seed ^ RATE_SALT)
+    if rng.random() >= RATE_SHARE:
+        return None
+    return Rate(
+        msgs=rng.choice((0, 1, 3, 10)),
+        bytes=rng.choice((0, 0, 40, 200)) or (0 if rng.random() < 0.5 else 100),
+        period=rng.choice((1, 1, 2)),
+    )
 
 
 class SimFailure(AssertionError):
@@ -338,6 +357,15 @@ class Simulation:
             config=self.config,
             scheduler=self.loop,
         )
+        self.rate = dispatch_rate(seed)
+        if self.rate is not None and self.rate.limited:
+            sub_rate = self.rate
+            self.sub.dispatch_throttle = DispatchThrottle(
+                self.loop.time,
+                lambda: (sub_rate, Rate()),
+                SharedDispatchLimiters(self.loop.time),
+                "sim",
+            )
         self.clients: list[Client] = []
         self.live: list[Client] = []
         self.by_consumer: dict[int, Client] = {}
@@ -397,7 +425,7 @@ class Simulation:
         """Run the schedule and the final phase; raises :class:`SimFailure`."""
         try:
             with self.loop.installed():
-                self.note(f"params {self.params.describe()}")
+                self.note(f"params {self.params.describe()} dispatch_rate={self.rate}")
                 for _ in range(self.params.steps):
                     self.step_no += 1
                     self.step()

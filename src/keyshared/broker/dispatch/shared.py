@@ -304,6 +304,9 @@ class SharedDispatcher(Dispatcher):
         room = self.unacked_limit.room(self.unacked_messages())
         if room is not None:
             n = max(min(n, room), 1)
+        n = self.rate_budget(n)
+        if n <= 0:
+            return
         self._move_due_to_replay()
         if len(self.replay) and not self.have_pending_replay_read:
             positions = self.replay_candidates(n)
