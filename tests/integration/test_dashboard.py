@@ -190,6 +190,55 @@ def test_dashboard_shows_ranges_draining_hashes_and_what_blocks_a_hash(
         client.close()
 
 
+def test_dashboard_marks_consumers_and_subscriptions_blocked_on_unacked(
+    broker: BrokerProcess, browser: Chromium
+) -> None:
+    tag = f"unacked-{time.monotonic_ns() % 10**8}"
+    per_consumer = f"persistent://public/default/{tag}-c"
+    per_sub = f"persistent://public/default/{tag}-s"
+    for topic, path, limit in (
+        (per_consumer, "maxUnackedMessagesOnConsumer", 3),
+        (per_sub, "maxUnackedMessagesOnSubscription", 4),
+    ):
+        rest = topic.removeprefix("persistent://")
+        assert broker.admin("PUT", f"/admin/v2/persistent/{rest}")[0] == 204
+        assert broker.admin("POST", f"/admin/v2/persistent/{rest}/{path}", limit)[0] == 204
+    client = make_client(broker.service_url)
+    try:
+        shared = pulsar.ConsumerType.Shared
+        slow = client.subscribe(per_consumer, "s", consumer_type=shared, consumer_name="slow")
+        a = client.subscribe(per_sub, "s", consumer_type=shared, consumer_name="a")
+        b = client.subscribe(per_sub, "s", consumer_type=shared, consumer_name="b")
+        for topic in (per_consumer, per_sub):
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(10):
+                producer.send(str(i).encode())
+        browser.goto(f"{broker.web_url}/?filter={tag}")
+        browser.wait_for("document.body.dataset.loaded === 'true'")
+
+        def sub_of(topic: str) -> str:
+            return (
+                f"document.querySelector('article.topic[data-topic={json.dumps(topic)}] "
+                '.sub[data-subscription="s"]\')'
+            )
+
+        blocked_rows = (
+            f"[...{sub_of(per_consumer)}.querySelectorAll('tr.consumer-row')]"
+            ".filter(r => r.querySelector('[data-testid=consumer-blocked-unacked]'))"
+            ".map(r => r.dataset.consumer)"
+        )
+        _until("consumer blocked on unacked", lambda: browser.eval(blocked_rows), ["slow"])
+        marked = f"{sub_of(per_sub)}.querySelector('[data-testid=sub-blocked-unacked]') !== null"
+        _until("subscription blocked on unacked", lambda: browser.eval(marked), True)
+        # Not marked where nothing is blocked: the per-consumer topic's subscription.
+        other = f"{sub_of(per_consumer)}.querySelector('[data-testid=sub-blocked-unacked]')"
+        assert browser.eval(f"{other} === null")
+        for c in (slow, a, b):
+            c.close()
+    finally:
+        client.close()
+
+
 def test_dashboard_marks_a_topic_over_its_backlog_quota(
     fresh_broker: BrokerProcess, browser: Chromium
 ) -> None:

@@ -79,11 +79,22 @@ MAX_CONSUMERS = 5
 # so every other seed keeps the schedule it had before classic seeds existed.
 CLASSIC_SHARE = 1 / 3
 CLASSIC_SALT = 0x282_C1A5
+# maxUnackedMessagesPerSubscription: small on about one seed in four, drawn from a stream of
+# its own for the same reason (those seeds keep their schedules; what the broker does differs).
+SUB_UNACKED_SHARE = 1 / 4
+SUB_UNACKED_SALT = 0x5_0B_0AC4
+SUB_UNACKED_LIMITS = (1, 2, 5, 8, 16, 40)
 
 
 def is_classic(seed: int) -> bool:
     """Whether ``seed`` runs the classic dispatcher (a function of the seed alone)."""
     return random.Random(seed ^ CLASSIC_SALT).random() < CLASSIC_SHARE
+
+
+def sub_unacked_limit(seed: int) -> int:
+    """The seed's maxUnackedMessagesPerSubscription (0: none), a function of the seed alone."""
+    rng = random.Random(seed ^ SUB_UNACKED_SALT)
+    return rng.choice(SUB_UNACKED_LIMITS) if rng.random() < SUB_UNACKED_SHARE else 0
 
 
 # The share of seeds whose subscription has a dispatch rate (broker/throttle.py), also drawn
@@ -178,6 +189,8 @@ class Params:
     # subscriptionKeySharedUseClassicPersistentImplementation: set from the seed by
     # :func:`is_classic`, not drawn from the schedule's stream.
     classic: bool = False
+    # maxUnackedMessagesPerSubscription (0: none): set by :func:`sub_unacked_limit`.
+    max_unacked_sub: int = 0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Params:
@@ -235,6 +248,7 @@ class Params:
             subscriptionKeySharedConsistentHashingReplicaPoints=self.replica_points,
             keySharedUnblockingIntervalMs=self.unblock_ms,
             maxUnackedMessagesPerConsumer=self.max_unacked,
+            maxUnackedMessagesPerSubscription=self.max_unacked_sub,
             keySharedLookAheadMsgInReplayThresholdPerConsumer=self.look_ahead_per_consumer,
             keySharedLookAheadMsgInReplayThresholdPerSubscription=self.look_ahead_per_subscription,
             dispatcherMinReadBatchSize=self.min_read_batch,
@@ -271,6 +285,10 @@ class Client:
     paused: bool = False
     closed: bool = False
     sticky_part: int = -1
+    # Messages (batch indexes) held unacked, and whether the consumer's unacked limit blocks
+    # it: the oracle's own account, compared with the broker's.
+    unacked: int = 0
+    blocked: bool = False
 
     def hold(self, pos: Position, held: Held) -> None:
         """Now holding ``pos`` unacked."""
@@ -308,6 +326,7 @@ class Simulation:
         self.rng = random.Random(seed)
         self.params = Params.draw(self.rng)
         self.params.classic = is_classic(seed)
+        self.params.max_unacked_sub = sub_unacked_limit(seed)
         self.steps_override = steps
         if steps is not None:
             self.params.steps = steps
@@ -363,6 +382,9 @@ class Simulation:
         self.first_max: dict[str, Position] = {}
         self.deliveries = 0
         self.redeliveries = 0
+        # The oracle's view of maxUnackedMessagesPerSubscription: blocked once the live
+        # consumers hold the limit or more after a step, until they hold less than half.
+        self.sub_blocked = False
         self.actions: dict[str, Callable[[], None]] = {
             "run": self.act_run,
             "read_done": self.act_read_done,
@@ -602,12 +624,19 @@ class Simulation:
         c.closed = True
         if c in self.live:
             self.live.remove(c)
+        self.update_unacked_blocks(None)
 
     def act_ack(self) -> None:
         """A consumer acks some of what it holds, in any order."""
         c = self.pick_live(lambda c: bool(c.held) and not c.paused)
         assert c is not None
-        n = len(c.held) if self.rng.random() < c.ack_prob else self.rng.randint(1, len(c.held))
+        x = self.rng.random()
+        if c.blocked and x < c.ack_prob / 2:
+            # Blocked on its unacked limit: half the time it acks all but a little more than
+            # half the limit, where it must stay blocked (no extra draw: the stream is kept).
+            n = max(1, len(c.held) - self.params.max_unacked // 2 - 1)
+        else:
+            n = len(c.held) if x < c.ack_prob else self.rng.randint(1, len(c.held))
         self.ack_some(c, n)
 
     def ack_some(self, c: Client, n: int) -> None:
@@ -675,6 +704,7 @@ class Simulation:
             self.holder.pop(pos, None)
             if not cursor.is_acked(pos):
                 raise Violation(f"{pos} acked by {c} but the cursor does not have it acked")
+        self.update_unacked_blocks(c)
 
     def act_nack(self) -> None:
         """A consumer negatively acks some (or all) of what it holds."""
@@ -693,6 +723,7 @@ class Simulation:
             c.release(pos)
             self.holder.pop(pos, None)
             self.nacked.add(pos)
+        self.update_unacked_blocks(c)
         self.sub.redeliver_unacknowledged(c.consumer, positions)
 
     def act_flow(self) -> None:
@@ -773,8 +804,51 @@ class Simulation:
             raise Violation(f"entries {[m.entry.position for m in messages]} sent to closed {c}")
         if self._trace_on:
             self.note(f"  -> {c} gets {' '.join(self._describe(m) for m in messages)}")
+        self.check_unacked_limits(c, messages)
         for m in messages:
             self.check_delivery(c, m)
+        limit = self.params.max_unacked
+        if limit > 0 and self.held_messages(c) >= limit:
+            c.blocked = True
+
+    # --- unacked limits ------------------------------------------------------------------------
+    def held_messages(self, c: Client) -> int:
+        """Messages ``c`` holds unacked: whole entries less the batch indexes acked one by one."""
+        partial = self.partial
+        return sum(
+            h.size - (partial[p].bit_count() if p in partial else 0) for p, h in c.held.items()
+        )
+
+    def check_unacked_limits(self, c: Client, messages: Sequence[OutboundMessage]) -> None:
+        """Nothing goes to a consumer, or a subscription, blocked on its unacked limit.
+
+        A consumer is blocked from the send that brings it to maxUnackedMessagesPerConsumer
+        until it holds half of it or less; the subscription from the step after which its
+        consumers hold maxUnackedMessagesPerSubscription until they hold less than half."""
+        what = " ".join(str(m.entry.position) for m in messages)
+        if c.blocked:
+            raise Violation(
+                f"unacked limit: {c} got {what} while blocked: it holds "
+                f"{self.held_messages(c)} of maxUnackedMessagesPerConsumer="
+                f"{self.params.max_unacked} and is unblocked at {self.params.max_unacked // 2}"
+            )
+        if self.sub_blocked:
+            raise Violation(
+                f"unacked limit: {c} got {what} while the subscription is blocked: its consumers "
+                f"hold {sum(self.held_messages(x) for x in self.live)} of "
+                f"maxUnackedMessagesPerSubscription={self.params.max_unacked_sub}"
+            )
+
+    def update_unacked_blocks(self, c: Client | None) -> None:
+        """After messages left ``c`` (or a consumer): what they unblock."""
+        limit = self.params.max_unacked
+        if c is not None and c.blocked and self.held_messages(c) <= limit // 2:
+            c.blocked = False
+        sub_limit = self.params.max_unacked_sub
+        if self.sub_blocked:
+            total = sum(self.held_messages(x) for x in self.live)
+            if total < sub_limit // 2 or total == 0:
+                self.sub_blocked = False
 
     def _describe(self, m: OutboundMessage) -> str:
         pos = m.entry.position
@@ -866,6 +940,15 @@ class Simulation:
                     f"{c}: broker pending acks {sorted(pending)} but the client holds "
                     f"{sorted(c.held)}"
                 )
+            held = self.held_messages(c)
+            if c.consumer.unacked_messages != held:
+                raise Violation(
+                    f"{c}: the broker counts {c.consumer.unacked_messages} unacked messages "
+                    f"but the client holds {held}"
+                )
+        sub_limit = self.params.max_unacked_sub
+        if sub_limit > 0 and not self.sub_blocked:
+            self.sub_blocked = sum(self.held_messages(x) for x in self.live) >= sub_limit
         for exc in self.topic.read_errors:
             if not isinstance(exc, InjectedReadError):
                 raise Violation(f"read failed with {exc!r}")
@@ -961,6 +1044,9 @@ class Simulation:
                 )
             if disp.draining is not None and len(disp.draining):
                 raise self.fail(f"hashes still draining at rest: {dict(disp.draining.items())}")
+            disp.update_unacked_block()
+            if disp.unacked_limit.blocked:
+                raise self.fail("nothing is held but the subscription is blocked on unacked")
             if isinstance(disp, ClassicKeySharedDispatcher) and disp.recently_joined:
                 # Everything is acked, every join position too: nobody may stay restricted.
                 raise self.fail(f"classic: still recently joined at rest: {disp.recently_joined}")

@@ -6,17 +6,20 @@ property (a bounded number: the seeds are fixed, so this is deterministic).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
+from keyshared.broker.consumer import Consumer
 from keyshared.broker.dispatch.base import Dispatcher
 from keyshared.broker.dispatch.draining import DrainingHashesTracker
 from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from keyshared.broker.dispatch.shared import ReplayQueue, SharedDispatcher
+from keyshared.broker.dispatch.unacked import SubscriptionUnackedLimit
 from keyshared.storage.cursor import ManagedCursor
-from tests.sim.simulator import SimFailure, is_classic, run_seed
+from tests.sim.simulator import Params, SimFailure, is_classic, run_seed, sub_unacked_limit
 
 BUDGET = 400
 
@@ -89,3 +92,41 @@ def test_classic_without_the_moved_hash_hold_back_exclusivity_breaks(
     monkeypatch.setattr(ClassicKeySharedDispatcher, "_held_elsewhere", _never)
     failure = first_failure("exclusivity", seeds=classic_seeds(0, 1300))
     assert is_classic(failure.seed)
+
+
+def _seeds_with(pred: Callable[[int], bool], count: int) -> list[int]:
+    """The first ``count`` seeds satisfying ``pred``."""
+    out: list[int] = []
+    seed = 0
+    while len(out) < count:
+        if pred(seed):
+            out.append(seed)
+        seed += 1
+    return out
+
+
+def test_a_subscription_not_blocked_at_its_unacked_limit_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(SubscriptionUnackedLimit, "update", lambda self, unacked: False)
+    seeds = _seeds_with(lambda s: sub_unacked_limit(s) > 0, 200)
+    failure = first_failure("while the subscription is blocked", seeds=seeds)
+    assert "maxUnackedMessagesPerSubscription" in failure.message
+
+
+def test_a_consumer_unblocked_before_half_its_limit_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def eager(self: Consumer) -> int:
+        # Unblocked as soon as it is below the limit, not at half of it.
+        if self.blocked_on_unacked and self.unacked_messages < self.max_unacked_messages:
+            self.blocked_on_unacked = False
+            released, self.permits_while_blocked = self.permits_while_blocked, 0
+            self.available_permits += released
+            return max(released, 1)
+        return 0
+
+    monkeypatch.setattr(Consumer, "_maybe_unblock", eager)
+    seeds = _seeds_with(lambda s: Params.draw(random.Random(s)).max_unacked > 0, 600)
+    failure = first_failure("while blocked", seeds=seeds)
+    assert "maxUnackedMessagesPerConsumer" in failure.message

@@ -235,6 +235,8 @@ LIMIT_FIELDS: dict[str, str] = {
     "max_consumers_per_subscription": "maxConsumersPerSubscription",
     "max_subscriptions_per_topic": "maxSubscriptionsPerTopic",
     "max_topics_per_namespace": "maxTopicsPerNamespace",
+    "max_unacked_messages_per_consumer": "maxUnackedMessagesPerConsumer",
+    "max_unacked_messages_per_subscription": "maxUnackedMessagesPerSubscription",
 }
 
 _HANDLED = frozenset(

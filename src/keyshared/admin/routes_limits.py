@@ -2,7 +2,9 @@
 
 Namespaces: ``.../maxProducersPerTopic``, ``maxConsumersPerTopic``,
 ``maxConsumersPerSubscription``, ``maxSubscriptionsPerTopic``, ``maxTopicsPerNamespace``; topics: ``.../maxProducers``,
-``maxConsumers``, ``maxConsumersPerSubscription``, ``maxSubscriptionsPerTopic``. ``POST`` takes
+``maxConsumers``, ``maxConsumersPerSubscription``, ``maxSubscriptionsPerTopic``. The unacked
+limits: namespaces ``.../maxUnackedMessagesPerConsumer``, ``maxUnackedMessagesPerSubscription``;
+topics ``.../maxUnackedMessagesOnConsumer``, ``maxUnackedMessagesOnSubscription``. ``POST`` takes
 the number (0 = unlimited), ``GET`` returns the level's own value (null when not set; on a topic
 ``?applied=true`` gives the one in force), ``DELETE`` falls back to the level above. The broker
 enforces them (``broker/limits.py``).
@@ -27,6 +29,20 @@ LIMIT_PATHS: dict[str, tuple[str, str]] = {
     "maxConsumersPerTopic": ("maxConsumersPerTopic", "maxConsumers"),
     "maxConsumersPerSubscription": ("maxConsumersPerSubscription", "maxConsumersPerSubscription"),
     "maxSubscriptionsPerTopic": ("maxSubscriptionsPerTopic", "maxSubscriptionsPerTopic"),
+    # Unacked limits (issue 13 point 3): Pulsar's topic paths say "On".
+    "maxUnackedMessagesPerConsumer": (
+        "maxUnackedMessagesPerConsumer",
+        "maxUnackedMessagesOnConsumer",
+    ),
+    "maxUnackedMessagesPerSubscription": (
+        "maxUnackedMessagesPerSubscription",
+        "maxUnackedMessagesOnSubscription",
+    ),
+}
+# The name a topic-level refusal gives the value, where Pulsar's differs from the policy's.
+_TOPIC_VALUE_NAME = {
+    "maxUnackedMessagesPerConsumer": "maxUnackedNum",
+    "maxUnackedMessagesPerSubscription": "maxUnackedNum",
 }
 _INT32_MAX = 2**31 - 1
 Limit = Annotated[int, Body(ge=-(2**31), le=_INT32_MAX)]
@@ -102,7 +118,8 @@ def _add(
     @router.post(_TOPIC + topic_path, status_code=204, name=f"set_topic_{policy}")
     async def set_topic(tenant: str, namespace: str, topic: str, value: Limit) -> Response:
         name = resolve.policy_topic(tenant, namespace, topic)
-        store.update_topic(name.full, {policy: checked_limit(policy, value)})
+        checked = checked_limit(_TOPIC_VALUE_NAME.get(policy, policy), value)
+        store.update_topic(name.full, {policy: checked})
         return no_content()
 
     @router.delete(_TOPIC + topic_path, status_code=204, name=f"remove_topic_{policy}")

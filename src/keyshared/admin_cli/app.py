@@ -62,7 +62,7 @@ def root(
 
 
 def _register() -> None:
-    from keyshared.admin_cli import clusters, namespaces, schemas, tenants, topics
+    from keyshared.admin_cli import clusters, namespaces, schemas, tenants, topics, unacked_limits
 
     app.add_typer(tenants.app, name="tenants")
     app.add_typer(clusters.app, name="clusters")
@@ -70,6 +70,7 @@ def _register() -> None:
     app.add_typer(namespaces.app, name="namespaces")
     app.add_typer(topics.app, name="topics")
     app.add_typer(schemas.app, name="schemas")
+    unacked_limits.register(namespaces.app, topics.app)
 
 
 def main(argv: list[str]) -> int:

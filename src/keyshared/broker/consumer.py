@@ -183,7 +183,22 @@ class Consumer:
         maxUnackedMessagesPerConsumer (Pulsar unblocks at half the limit), else 0.
         """
         self.unacked_messages = max(0, self.unacked_messages - messages)
-        if self.blocked_on_unacked and self.unacked_messages <= self.max_unacked_messages // 2:
+        return self._maybe_unblock()
+
+    def set_max_unacked(self, limit: int) -> int:
+        """A new ``maxUnackedMessagesPerConsumer`` (a policy changed); returns the permits
+        released if this unblocks the consumer, else 0.
+
+        A limit the consumer is already at blocks it at once (Pulsar waits for the next send;
+        the stats then said "not blocked" while nothing was sent to it)."""
+        self.max_unacked_messages = limit
+        if not self.blocked_on_unacked and 0 < limit <= self.unacked_messages:
+            self.blocked_on_unacked = True
+        return self._maybe_unblock()
+
+    def _maybe_unblock(self) -> int:
+        limit = self.max_unacked_messages
+        if self.blocked_on_unacked and (limit <= 0 or self.unacked_messages <= limit // 2):
             self.blocked_on_unacked = False
             released = self.permits_while_blocked
             self.permits_while_blocked = 0

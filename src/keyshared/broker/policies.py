@@ -154,6 +154,20 @@ POLICIES: dict[str, Policy] = {
     "maxTopicsPerNamespace": Policy(
         "max_topics_per_namespace", "maxTopicsPerNamespace", "maxTopicsPerNamespace"
     ),
+    # --- unacked limits (issue 13 point 3): Shared and Key_Shared, 0 = unlimited ----------
+    # Pulsar's Policies fields and TopicPolicies fields (its topic REST paths say "On":
+    # .../maxUnackedMessagesOnConsumer, .../maxUnackedMessagesOnSubscription). Enforced by
+    # Consumer (per consumer) and dispatch/unacked.py (per subscription).
+    "maxUnackedMessagesPerConsumer": Policy(
+        "max_unacked_messages_per_consumer",
+        "maxUnackedMessagesOnConsumer",
+        "maxUnackedMessagesPerConsumer",
+    ),
+    "maxUnackedMessagesPerSubscription": Policy(
+        "max_unacked_messages_per_subscription",
+        "maxUnackedMessagesOnSubscription",
+        "maxUnackedMessagesPerSubscription",
+    ),
     # --- backlog quotas and inactive topics (broker/backlog_quota.py,
     # broker/inactive_topics.py). Structured policies: their broker defaults come from several
     # broker.conf keys, built by those modules. The quota map (quota type -> BacklogQuota

@@ -102,6 +102,8 @@ class Subscription:
                 self.dispatcher.close()
             self.sub_type = consumer.sub_type
             self.dispatcher = self._new_dispatcher(consumer.sub_type, consumer)
+        if consumer.pending_acks is not None:
+            consumer.max_unacked_messages = self.consumer_unacked_limit()
         self.dispatcher.add_consumer(consumer)
 
     def _dispatcher_fits(self, consumer: Consumer) -> bool:
@@ -120,6 +122,24 @@ class Subscription:
             self.topic.park_reset_cursor(self)
         else:
             drop_if_unused(self.topic, self)
+
+    # --- unacked limits --------------------------------------------------------------------
+    def consumer_unacked_limit(self) -> int:
+        """``maxUnackedMessagesPerConsumer`` in force (topic > namespace > broker.conf); none
+        on a non-durable subscription, as in Pulsar."""
+        if not self.durable:
+            return 0
+        return int(self.topic.policy("maxUnackedMessagesPerConsumer") or 0)
+
+    def apply_unacked_limits(self) -> None:
+        """A policy changed: the consumers that count unacked messages take the new limit
+        (a consumer it unblocks gets the permits it sent while blocked), then dispatch looks
+        again (the subscription's own limit is read there)."""
+        limit = self.consumer_unacked_limit()
+        for c in self.consumers:
+            if c.pending_acks is not None and c.max_unacked_messages != limit:
+                c.set_max_unacked(limit)
+        self.kick_dispatch()
 
     def disconnect_all(self) -> None:
         """Close every consumer (they re-subscribe), as Pulsar does on seek and reset-cursor."""
@@ -171,13 +191,17 @@ class Subscription:
         cursor = self.cursor
         owner, pending = self._owner_of(consumer, pos)
         if item.ack_set is not None and pending is not None and pending.batch_size > 1:
+            # What this ack released is what the cursor no longer has unacked: the client's ack
+            # set may list every index it acked so far, or only the new ones.
+            before = self._unacked_indexes(pos, pending.batch_size)
             cursor.ack_batch_index(pos, item.ack_set, pending.batch_size)
             if not cursor.is_acked(pos):
-                acked_so_far = max(0, pending.batch_size - _bit_count(item.ack_set))
-                newly = max(0, acked_so_far - pending.acked_indexes)
-                pending.acked_indexes = max(pending.acked_indexes, acked_so_far)
-                if owner is not None:
-                    owner.record_acked(newly)
+                newly = max(0, before - self._unacked_indexes(pos, pending.batch_size))
+                pending.acked_indexes += newly
+                if owner is not None and newly:
+                    released = owner.record_acked(newly)
+                    if released and self.dispatcher is not None:
+                        self.dispatcher.read_more()
                 return newly
         elif item.ack_set is not None:
             size = self.topic.known_batch_size(pos) or _batch_size_hint(item.ack_set)
@@ -197,6 +221,11 @@ class Subscription:
                     self.dispatcher.read_more()
                 return remaining
         return 1
+
+    def _unacked_indexes(self, pos: Position, batch_size: int) -> int:
+        """Indexes of the batch at ``pos`` the cursor has not acked."""
+        words = self.cursor.get_ack_set(pos)
+        return batch_size if words is None else _bit_count(words)
 
     def on_pending_ack_removed(self, consumer: Consumer, pos: Position, key_hash: int) -> None:
         """Hook for Key_Shared's draining-hash bookkeeping."""

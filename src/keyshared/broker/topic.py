@@ -265,7 +265,7 @@ class PersistentTopic:
         again (e.g. a pause lifted). Retention and TTL are read where they are used."""
         self._apply_dedup_policy()
         for sub in self.subscriptions.values():
-            sub.kick_dispatch()
+            sub.apply_unacked_limits()  # kicks its dispatcher too
 
     def _apply_dedup_policy(self) -> None:
         """Switch deduplication on or off on the live topic, as Pulsar does without a reload.

@@ -783,11 +783,11 @@ class ServerConnection(asyncio.Protocol):
                     start = EARLIEST
             consumer_name = r.consumer_name
             durable = r.durable
-            # Non-persistent consumers hold nothing unacked (Pulsar: maxUnackedMessages 0).
+            # Non-persistent consumers hold nothing unacked (Pulsar: maxUnackedMessages 0); the
+            # subscription gives the others their maxUnackedMessagesPerConsumer.
             tracks = sub_type in (SubType.Shared, SubType.Key_Shared) and not isinstance(
                 topic, NonPersistentTopic
             )
-            max_unacked = self.config.maxUnackedMessagesPerConsumer if durable and tracks else 0
 
             def factory(sub: Any) -> Consumer:
                 return Consumer(
@@ -799,7 +799,6 @@ class ServerConnection(asyncio.Protocol):
                     priority_level=r.priority_level,
                     metadata={kv.key: kv.value for kv in r.metadata},
                     key_shared_meta=ksm,
-                    max_unacked_messages=max_unacked,
                     track_pending_acks=tracks,
                     read_compacted=r.read_compacted,
                 )

@@ -270,6 +270,10 @@
     if (s.msgInReplay) head.push('<span class="kv">in replay <b>' + fmtInt(s.msgInReplay) + "</b></span>");
     if (s.msgDelayed) head.push('<span class="kv">delayed <b>' + fmtInt(s.msgDelayed) + "</b></span>");
     if (s.blockedOnAckStatePersistent) head.push('<span class="badge drain">paused: ack state</span>');
+    if (s.blockedSubscriptionOnUnackedMsgs) {
+      head.push('<span class="badge drain" data-testid="sub-blocked-unacked" title="maxUnackedMessagesPerSubscription reached: ' +
+        'dispatch resumes when its consumers hold less than half">blocked: unacked</span>');
+    }
     setHTML(el.children[0], head.join(""));
 
     const space = el.querySelector(".hashspace");
@@ -417,7 +421,9 @@
           (ranges.length > 3 ? " +" + (ranges.length - 3) + " more" : "") + "</td>");
       }
       cells.push('<td class="num">' + fmtInt(c.availablePermits) + "</td>");
-      cells.push('<td class="num">' + fmtInt(c.unackedMessages) + "</td>");
+      cells.push('<td class="num">' + fmtInt(c.unackedMessages) + (c.blockedConsumerOnUnackedMsgs
+        ? ' <span class="badge drain" data-testid="consumer-blocked-unacked" title="maxUnackedMessagesPerConsumer reached: ' +
+          'it gets messages again when it holds half or less">blocked</span>' : "") + "</td>");
       cells.push('<td class="num">' + fmtRate(c.msgRateOut) + "</td>");
       cells.push('<td class="num">' + fmtRate(c.messageAckRate) + "</td>");
       if (keyShared) {

@@ -266,13 +266,14 @@ class Dispatcher:
             ack_set = cursor.get_ack_set(pos) if meta.num_messages > 1 else None
             if ack_sets is not None:
                 ack_set = ack_sets.get(pos, ack_set)
-            if ack_set is not None:
-                acked_indexes += meta.num_messages - _unacked_count(ack_set)
+            already = meta.num_messages - _unacked_count(ack_set) if ack_set is not None else 0
+            acked_indexes += already
             messages += meta.num_messages
             nbytes += len(entry.data)
             out.append(OutboundMessage(entry, counts.get(pos, 0), ack_set))
             if pending is not None:
-                pending[pos] = PendingAck(meta.num_messages, self.pending_hash(meta))
+                # Indexes acked before this send are not held: they never count as unacked.
+                pending[pos] = PendingAck(meta.num_messages, self.pending_hash(meta), already)
         consumer.record_sent(len(out), messages, acked_indexes, nbytes)
         topic.record_out(messages - acked_indexes, nbytes)
         if sub.dispatch_throttle is not None:

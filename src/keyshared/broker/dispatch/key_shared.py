@@ -202,8 +202,9 @@ class KeySharedDispatcher(SharedDispatcher):
                 limit = min(limit, per_s)
         if limit <= 0:
             big = 1 << 62
-            per_sub = cfg.maxUnackedMessagesPerSubscription
-            per_cons = cfg.maxUnackedMessagesPerConsumer
+            # The unacked limits in force on this topic (policies over broker.conf).
+            per_sub = self.unacked_limit.limit
+            per_cons = self.subscription.consumer_unacked_limit()
             limit = min(per_sub if per_sub > 0 else big, n * per_cons if per_cons > 0 else big)
         return limit
 
@@ -211,7 +212,7 @@ class KeySharedDispatcher(SharedDispatcher):
         """Below the look-ahead limit and some consumer can take entries."""
         if len(self.replay) >= self.look_ahead_limit():
             return False
-        return any(c.dispatch_permits() > 0 for c in self.consumers)
+        return any(self.permits_of(c) > 0 for c in self.consumers)
 
     def max_normal_read(self, n: int) -> int:
         """Never read past the look-ahead limit."""
@@ -236,7 +237,7 @@ class KeySharedDispatcher(SharedDispatcher):
                     continue
                 budget = budgets.get(c)
                 if budget is None:
-                    budget = budgets[c] = c.dispatch_permits()
+                    budget = budgets[c] = self.permits_of(c)
                 if budget <= 0:
                     continue
                 if self.draining is not None and self.draining.would_block(c, h):
@@ -270,7 +271,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 seen.add(c)
                 budget = budgets.get(c)
                 if budget is None:
-                    budget = budgets[c] = c.dispatch_permits()
+                    budget = budgets[c] = self.permits_of(c)
                 if budget > 0:
                     if (ordered and read_type == NORMAL and replay.contains_hash(h)) or (
                         draining is not None and draining.should_block_sticky_key_hash(c, h)
@@ -287,7 +288,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 self.add_to_replay(entry.position, h)
         if look_ahead_allowed and not groups:
             trigger = any(budgets.get(c, 0) > 0 for c in blocked_consumers) or any(
-                c.dispatch_permits() > 0 for c in self.consumers if c not in seen
+                self.permits_of(c) > 0 for c in self.consumers if c not in seen
             )
             if trigger and read_type == REPLAY:
                 self._skip_next_replay = True
@@ -312,7 +313,7 @@ class KeySharedDispatcher(SharedDispatcher):
             "hash": slot,
             "consumerName": owner.consumer_name if owner else None,
             "consumerId": owner.consumer_id if owner else None,
-            "availablePermits": owner.dispatch_permits() if owner else 0,
+            "availablePermits": self.permits_of(owner) if owner else 0,
             "draining": False,
             "drainingConsumerName": None,
             "drainingConsumerId": None,

@@ -223,7 +223,7 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
     def normal_read_allowed(self) -> bool:
         """Pulsar's hasConsumersNeededNormalRead: someone not recently joined has permits."""
         joined = self.recently_joined or {}
-        return any(c.dispatch_permits() > 0 and c not in joined for c in self.consumers)
+        return any(self.permits_of(c) > 0 and c not in joined for c in self.consumers)
 
     def max_normal_read(self, n: int) -> int:
         """No look-ahead limit in classic mode."""
@@ -277,7 +277,7 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         self, c: Consumer, items: list[tuple[Entry, int]], read_type: str
     ) -> tuple[list[Entry], list[tuple[Entry, int]]]:
         """What ``c`` gets of ``items`` (its entries, in order) now, and what waits."""
-        m = min(len(items), c.dispatch_permits())
+        m = min(len(items), self.permits_of(c))
         if m <= 0:
             return [], items
         if (

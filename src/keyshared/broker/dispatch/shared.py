@@ -11,6 +11,7 @@ from sortedcontainers import SortedDict
 from keyshared.broker.consumer import Consumer
 from keyshared.broker.dispatch.base import Dispatcher, Scheduler, TimerHandle, on_done
 from keyshared.broker.dispatch.delayed import DelayedDeliveryTracker
+from keyshared.broker.dispatch.unacked import SubscriptionUnackedLimit
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -122,6 +123,15 @@ class SharedDispatcher(Dispatcher):
         self._rr = 0
         self._should_rewind = False
         self._min_replayed: Position | None = None
+        self.unacked_limit = SubscriptionUnackedLimit(self._subscription_unacked_limit)
+
+    def _subscription_unacked_limit(self) -> int:
+        """``maxUnackedMessagesPerSubscription`` in force (none on a non-durable one, as a
+        non-durable consumer has no limit of its own either)."""
+        sub = self.subscription
+        if not sub.durable:
+            return 0
+        return int(sub.topic.policy("maxUnackedMessagesPerSubscription") or 0)
 
     def orders_by_key(self) -> bool:
         """Whether the replay queue must hold back keys (Key_Shared without out-of-order)."""
@@ -168,7 +178,8 @@ class SharedDispatcher(Dispatcher):
         released = 0
         for pos in chosen:
             pa = pending.pop(pos)
-            released += pa.batch_size
+            # Indexes acked one by one were released from the count when they were acked.
+            released += pa.batch_size - pa.acked_indexes
             # Without a known hash, as Pulsar: the entry's key is looked at again once read.
             self.add_to_replay(pos, 0)
             if track:
@@ -238,10 +249,31 @@ class SharedDispatcher(Dispatcher):
 
         self._delayed_timer = self.scheduler.call_later(max(wake - now, 0) / 1000.0, fire)
 
+    # --- the unacked limits --------------------------------------------------------------
+    def unacked_messages(self) -> int:
+        """Messages the subscription's consumers hold unacked, together."""
+        return sum(c.unacked_messages for c in self.consumers)
+
+    def permits_of(self, consumer: Consumer) -> int:
+        """Entries ``consumer`` may receive now: its own permits and limit, and none at all
+        while the subscription is blocked on its unacked limit."""
+        if self.unacked_limit.blocked:
+            return 0
+        return consumer.dispatch_permits()
+
+    def update_unacked_block(self) -> None:
+        """Block or unblock the subscription on ``maxUnackedMessagesPerSubscription``.
+
+        Run before each step of the read loop and after each send; every path that lowers a
+        consumer's count (ack, nack, a consumer leaving, a policy change) ends in a read, so
+        the unblocking is seen there."""
+        if self.unacked_limit.update(self.unacked_messages()):
+            self.read_more()
+
     # --- the read loop -------------------------------------------------------------------
     def total_permits(self) -> int:
         """Entries all consumers together may receive now."""
-        return sum(c.dispatch_permits() for c in self.consumers)
+        return sum(self.permits_of(c) for c in self.consumers)
 
     def replay_candidates(self, max_entries: int) -> list[Position]:
         """Queued positions to read again now, in order."""
@@ -264,10 +296,15 @@ class SharedDispatcher(Dispatcher):
         """Start a replay read if anything is queued, else a normal read."""
         if not self.consumers:
             return
+        self.update_unacked_block()
         permits = self.total_permits()
         if permits <= 0:
             return
-        n = self.rate_budget(min(permits, self.read_batch_size))
+        n = min(permits, self.read_batch_size)
+        room = self.unacked_limit.room(self.unacked_messages())
+        if room is not None:
+            n = max(min(n, room), 1)
+        n = self.rate_budget(n)
         if n <= 0:
             return
         self._move_due_to_replay()
@@ -370,6 +407,8 @@ class SharedDispatcher(Dispatcher):
                     self.replay.remove(e.position)
             sent += len(chosen)
             self.send_to_consumer(consumer, chosen, track=True)
+        if sent:
+            self.update_unacked_block()
         if sent or held:
             self.backoff.reset()
             self.read_more()
@@ -380,7 +419,7 @@ class SharedDispatcher(Dispatcher):
         self, entries: list[Entry], read_type: str
     ) -> list[tuple[Consumer, list[Entry]]]:
         """Round-robin: give each consumer with permits up to a small batch, in turn."""
-        budgets = {c: c.dispatch_permits() for c in self.consumers}
+        budgets = {c: self.permits_of(c) for c in self.consumers}
         groups: dict[Consumer, list[Entry]] = {}
         n = len(self.consumers)
         i = 0
@@ -406,8 +445,14 @@ class SharedDispatcher(Dispatcher):
         return list(groups.items())
 
     def stats(self) -> dict[str, Any]:
-        """Replay-queue size (Pulsar's msgInReplay) and delayed entries (msgDelayed)."""
-        return {"msgInReplay": len(self.replay), "msgDelayed": len(self.delayed)}
+        """Replay-queue size (Pulsar's msgInReplay), delayed entries (msgDelayed), and whether
+        the subscription is blocked on its unacked limit."""
+        self.update_unacked_block()
+        return {
+            "msgInReplay": len(self.replay),
+            "msgDelayed": len(self.delayed),
+            "blockedSubscriptionOnUnackedMsgs": self.unacked_limit.blocked,
+        }
 
     def close(self) -> None:
         """Stop dispatching and the delayed-delivery timer."""
