@@ -103,6 +103,11 @@ class BrokerServer:
                 "Times reading from producers' connections was paused by the publish buffer",
             ),
             (
+                "keyshared_asyncio_tasks",
+                len(asyncio.all_tasks()),
+                "asyncio tasks alive in the broker's loop (a soak test watches it for leaks)",
+            ),
+            (
                 "keyshared_publish_connection_pauses_total",
                 t.connection_pauses,
                 "Times a connection was paused by maxPendingPublishRequestsPerConnection",
