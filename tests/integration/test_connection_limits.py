@@ -6,16 +6,20 @@ client that answers PONG stays. About 12 s on -n 0 (two brokers, keepAliveInterv
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
+from pathlib import Path
 
 import pulsar
 import pytest
 
 from keyshared.protocol import commands, pb
 from tests.broker_process import BrokerProcess
+from tests.certs import make_certs
 from tests.integration.conftest import make_client
-from tests.integration.test_disk_full import metric
+from tests.integration.test_disk_full import metric, wait_for
+from tests.integration.test_security_broker import free_port
 from tests.raw_client import ConnectionClosed, RawClient
 
 T = pb.BaseCommand
@@ -150,3 +154,41 @@ def test_commands_count_as_answers(fresh_broker: BrokerProcess) -> None:
         raw.ping_pong(timeout=2)
     finally:
         raw.close()
+
+
+def test_the_tls_listener_shares_the_count(fresh_broker: BrokerProcess, tmp_path: Path) -> None:
+    """One count for both listeners: with one plain connection open, brokerMaxConnections=1
+    refuses a TLS one (the ERROR arrives over TLS), and the reverse once the plain one closes."""
+    certs = make_certs(tmp_path / "tls")
+    tls_port = free_port()
+    fresh_broker.conf.update(
+        brokerMaxConnections=1,
+        brokerServicePortTls=tls_port,
+        tlsCertificateFilePath=certs.cert,
+        tlsKeyFilePath=certs.key,
+        tlsTrustCertsFilePath=certs.ca,
+    )
+    fresh_broker.start()
+    context = ssl.create_default_context(cafile=str(certs.ca))
+
+    def tls_client() -> RawClient:
+        raw = RawClient("127.0.0.1", tls_port)
+        raw.sock = context.wrap_socket(raw.sock, server_hostname="127.0.0.1")
+        return raw
+
+    plain = RawClient.to(fresh_broker.service_url)
+    secure: RawClient | None = None
+    try:
+        plain.handshake()
+        err = _refusal(tls_client())
+        assert err.message == "Reached the maximum number of connections"
+        plain.close()
+        wait_for(lambda: metric(fresh_broker, "pulsar_active_connections") == 0, 5, "plain closed")
+        secure = tls_client()
+        secure.handshake()
+        err = _refusal(RawClient.to(fresh_broker.service_url))
+        assert err.message == "Reached the maximum number of connections"
+    finally:
+        plain.close()
+        if secure is not None:
+            secure.close()
