@@ -44,6 +44,10 @@ NO_OP_KEYS: dict[str, str] = {
     "defaultNumPartitions": "auto-created topics are always non-partitioned",
     "activeConsumerFailoverDelayTimeMillis": "failover switches the active consumer at once",
     "statsUpdateFrequencyInSecs": "stats are computed when asked for",
+    "preciseTimeBasedBacklogQuotaCheck": "the time backlog quota is always checked precisely"
+    " (the oldest unacked entry's publish time)",
+    "brokerDeleteInactivePartitionedTopicMetadataEnabled": "a partitioned topic's metadata is"
+    " kept when its partitions are deleted as inactive",
 }
 """Known Pulsar keys this broker accepts and ignores, with the reason."""
 
@@ -127,6 +131,24 @@ class BrokerConfig:
     maxMessagePublishBufferSizeInMB: int = 64
     # Sends in flight on one connection before the broker stops reading it (resumes at half).
     maxPendingPublishRequestsPerConnection: int = 1000
+    # --- rate limits (broker/throttle.py); 0 means no limit ----------------------------------
+    # The publishRate of a topic that neither it nor its namespace sets (messages, bytes / s).
+    maxPublishRatePerTopicInMessages: int = 0
+    maxPublishRatePerTopicInBytes: int = 0
+    # Every topic's publishes together.
+    brokerPublisherThrottlingMaxMessageRate: int = 0
+    brokerPublisherThrottlingMaxByteRate: int = 0
+    # The least a publish throttle lasts (the token buckets' resolution), topic and broker.
+    topicPublisherThrottlingTickTimeMillis: int = 10
+    brokerPublisherThrottlingTickTimeMillis: int = 50
+    # dispatchRate / subscriptionDispatchRate of topics and namespaces that do not set them.
+    dispatchThrottlingRatePerTopicInMsg: int = 0
+    dispatchThrottlingRatePerTopicInByte: int = 0
+    dispatchThrottlingRatePerSubscriptionInMsg: int = 0
+    dispatchThrottlingRatePerSubscriptionInByte: int = 0
+    # Every subscription's dispatch together.
+    dispatchThrottlingRateInMsg: int = 0
+    dispatchThrottlingRateInByte: int = 0
     # --- topics and messages -------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"
@@ -162,6 +184,22 @@ class BrokerConfig:
     maxSubscriptionsPerTopic: int = 0
     maxTopicsPerNamespace: int = 0
     maxNumPartitionsPerPartitionedTopic: int = 0
+    # Backlog quotas (broker/backlog_quota.py): the default quota of every topic (-1 = none),
+    # what happens past it, and how often topics are checked. Namespace and topic policies
+    # (backlogQuotaMap) override the defaults per quota type.
+    backlogQuotaCheckEnabled: bool = True
+    backlogQuotaCheckIntervalInSeconds: int = 60
+    backlogQuotaDefaultLimitBytes: int = -1
+    # Deprecated in Pulsar; used only while backlogQuotaDefaultLimitBytes is not set (-1).
+    backlogQuotaDefaultLimitGB: float = -1.0
+    backlogQuotaDefaultLimitSecond: int = -1
+    backlogQuotaDefaultRetentionPolicy: str = "producer_request_hold"
+    # Inactive topics (broker/inactive_topics.py): deleted once unused this long. -1 for the
+    # duration means Pulsar's "not set": brokerDeleteInactiveTopicsFrequencySeconds applies.
+    brokerDeleteInactiveTopicsEnabled: bool = True
+    brokerDeleteInactiveTopicsFrequencySeconds: int = 60
+    brokerDeleteInactiveTopicsMode: str = "delete_when_no_subscriptions"
+    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int = -1
     # --- dispatch ------------------------------------------------------------------------
     dispatcherMaxReadBatchSize: int = 100
     dispatcherMinReadBatchSize: int = 1
@@ -217,6 +255,11 @@ class BrokerConfig:
     anonymousUserRole: str = ""
     # htpasswd lines for AuthenticationProviderBasic: a path, file:/data: URL or base64.
     basicAuthConf: str = ""
+    # The broker's own client (server/broker_client_auth.py): Pulsar's plugin class and its
+    # parameters. The standalone creates public/default only when these authenticate as a
+    # super user (or authentication is off), as Pulsar's standalone does.
+    brokerClientAuthenticationPlugin: str = ""
+    brokerClientAuthenticationParameters: str = ""
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
     exposeConsumerLevelMetricsInPrometheus: bool = False
@@ -255,6 +298,9 @@ class BrokerConfig:
                 raise ConfigError(f"{key}: {exc}") from None
         if key == "schemaCompatibilityStrategy" and value not in _SCHEMA_STRATEGIES:
             raise ConfigError(f"{key}: expected one of {', '.join(_SCHEMA_STRATEGIES)}")
+        allowed = _CHOICES.get(key)
+        if allowed is not None and value not in allowed:
+            raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {raw.strip()!r}")
         setattr(self, key, value)
         self.explicit_keys.add(key)
         return True
@@ -284,7 +330,6 @@ class BrokerConfig:
 _BOOKKEEPING = frozenset({"unknown_keys", "ignored_keys", "explicit_keys"})
 
 
-# Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).
 # Pulsar's SchemaCompatibilityStrategy values (broker/schema/compatibility.py applies them).
 SCHEMA_STRATEGIES = (
     "ALWAYS_INCOMPATIBLE",
@@ -298,10 +343,32 @@ SCHEMA_STRATEGIES = (
 )
 _SCHEMA_STRATEGIES = SCHEMA_STRATEGIES
 
+BACKLOG_QUOTA_RETENTION_POLICIES = (
+    "producer_request_hold",
+    "producer_exception",
+    "consumer_backlog_eviction",
+)
+"""Pulsar's ``BacklogQuota.RetentionPolicy`` values."""
+
+INACTIVE_TOPIC_DELETE_MODES = (
+    "delete_when_no_subscriptions",
+    "delete_when_subscriptions_caught_up",
+)
+"""Pulsar's ``InactiveTopicDeleteMode`` values."""
+
+# Settings that take one of a few names.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "backlogQuotaDefaultRetentionPolicy": BACKLOG_QUOTA_RETENTION_POLICIES,
+    "brokerDeleteInactiveTopicsMode": INACTIVE_TOPIC_DELETE_MODES,
+}
+
+# Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).
 _POSITIVE = frozenset(
     (
         "brokerDeduplicationMaxNumberOfProducers",
         "brokerDeduplicationProducerInactivityTimeoutMinutes",
+        "backlogQuotaCheckIntervalInSeconds",
+        "brokerDeleteInactiveTopicsFrequencySeconds",
     )
 )
 

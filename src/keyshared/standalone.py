@@ -67,6 +67,8 @@ class Standalone:
     async def start(self) -> None:
         """Open storage, listen on the binary port, then bring up the web server."""
         from keyshared.broker.service import BrokerService
+        from keyshared.server.authz import parse_roles
+        from keyshared.server.broker_client_auth import may_create_default_namespace
         from keyshared.server.listener import BrokerServer
         from keyshared.server.security import build_security
         from keyshared.storage.store import Storage, StorageConfig
@@ -86,8 +88,15 @@ class Standalone:
             ),
         )
         self.storage.open()
-        self.service = BrokerService(cfg, self.storage)
+        self.service = BrokerService(cfg, self.storage, default_namespace=False)
         authn, authz, ssl_ctx, self.web_ssl_context = build_security(cfg, self.service)
+        allowed, why = may_create_default_namespace(
+            cfg, authn, set(parse_roles(cfg.superUserRoles))
+        )
+        if allowed:
+            self.service.create_default_namespace()
+        elif not self.service.namespace_exists("public/default"):
+            log.warning("Failed to create the default tenant and namespace public/default: %s", why)
         self.authenticator, self.authorizer = authn, authz
         self.server = BrokerServer(
             self.service, authenticator=authn, authorizer=authz, ssl_context=ssl_ctx

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import subprocess
 import sys
 import urllib.error
@@ -120,7 +121,12 @@ def ci(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CiBroker]:
         broker.start()
         ci = CiBroker(broker, certs, tls_port, web_tls_port)
         su = f"Bearer {token('superUser')}"
-        # The REST calls of the client suite's CI script.
+        # The REST calls of the client suite's CI script. As Pulsar's standalone, the broker made
+        # neither the public tenant nor public/default: its own client has no credentials.
+        public = {"adminRoles": ["anonymous"], "allowedClusters": ["standalone"]}
+        assert ci.http("PUT", "/admin/v2/tenants/public", su, public) == 204
+        default_ns = {"auth_policies": {"namespace_auth": {"anonymous": ["produce", "consume"]}}}
+        assert ci.http("PUT", "/admin/v2/namespaces/public/default", su, default_ns) == 204
         assert ci.http("PUT", "/admin/v2/tenants/open", su, {"adminRoles": ["anonymous"],
                        "allowedClusters": ["standalone"]}) == 204  # fmt: skip
         both = ["produce", "consume"]
@@ -162,11 +168,21 @@ def test_anonymous_clients_use_the_open_namespace_on_every_url(ci: CiBroker) -> 
     round_trip(ci.tls_url, topic + "-tls", **tls_args(ci))
 
 
+def test_short_topic_names_reach_the_public_default_the_script_created(ci: CiBroker) -> None:
+    # The fixture's PUTs made public and public/default (the standalone could not), with the
+    # anonymous role as the tenant's admin and with grants on the namespace.
+    round_trip(ci.broker.service_url, f"short-{RUN}")
+    assert ci.http("PUT", f"/admin/v2/persistent/public/default/p-{RUN}/partitions", None, 2) == 204
+
+
 def test_anonymous_clients_are_refused_on_the_private_namespace(ci: CiBroker) -> None:
     client = pulsar.Client(ci.broker.service_url, logger=quiet_logger())
     try:
         with pytest.raises(pulsar.AuthorizationError):
             client.create_producer(PRIVATE + "-anon")
+        # A namespace that does not exist is not found (the client suite's asyncio test).
+        with pytest.raises(pulsar.TopicNotFound):
+            client.create_producer("tenant/ns/no-such-namespace")
     finally:
         client.close()
 
@@ -250,6 +266,31 @@ def test_tls_client_certificate_common_name_is_the_role(ci: CiBroker) -> None:
             client.create_producer(PRIVATE + "-tls-nobody")
     finally:
         client.close()
+
+
+def https_status(ci: CiBroker, path: str, cert: tuple[Path, Path] | None) -> int:
+    ctx = ssl.create_default_context(cafile=str(ci.certs.ca))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    url = f"https://localhost:{ci.web_tls_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=10, context=ctx) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+def test_tls_client_certificate_is_the_role_on_the_https_admin_port(ci: CiBroker) -> None:
+    assert https_status(ci, "/admin/v2/tenants", make_client_cert(ci.certs, "superUser")) == 200
+    # Another certificate proves another role; none at all is the anonymous role.
+    assert https_status(ci, "/admin/v2/tenants", make_client_cert(ci.certs, "nobody")) == 403
+    assert https_status(ci, "/admin/v2/tenants", None) == 403
+    # The official client on an https:// service URL: the HTTP lookup and the broker both take
+    # the certificate's CN.
+    cert, key = make_client_cert(ci.certs, "token-principal")
+    auth = pulsar.AuthenticationTLS(str(cert), str(key))
+    url = f"https://localhost:{ci.web_tls_port}"
+    round_trip(url, PRIVATE + "-https-cert", authentication=auth, **tls_args(ci))
 
 
 def test_admin_api_takes_basic_credentials_and_anonymous_requests(ci: CiBroker) -> None:

@@ -343,17 +343,19 @@ def test_token_authentication(tmp_path: Path) -> None:
     secret = b"k" * 32
     key = tmp_path / "secret.key"
     key.write_bytes(secret)
+    boss = jwt.encode({"sub": "boss"}, secret, algorithm="HS256")
     broker = BrokerProcess(
         conf={
             "authenticationEnabled": "true",
             "tokenSecretKey": f"file://{key}",
             "authorizationEnabled": "true",
             "superUserRoles": "boss",
+            "brokerClientAuthenticationPlugin": "token",
+            "brokerClientAuthenticationParameters": f"token:{boss}",
         }
     )
     try:
         broker.start()
-        boss = jwt.encode({"sub": "boss"}, secret, algorithm="HS256")
         nobody = jwt.encode({"sub": "nobody"}, secret, algorithm="HS256")
         token_file = tmp_path / "boss.token"
         token_file.write_text(boss + "\n")

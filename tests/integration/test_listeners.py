@@ -3,8 +3,11 @@ names none, and refuses a listener the broker does not have (Pulsar's message)."
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,6 +66,33 @@ def test_unknown_listener_is_refused(broker: BrokerProcess) -> None:
     assert resp.response == pb.CommandLookupTopicResponse.Failed
     assert resp.error == pb.ServiceNotReady
     assert resp.message == "the broker do not have test listener"
+
+
+def http_lookup(
+    broker: BrokerProcess, query: str = "", header: str = ""
+) -> tuple[int, dict[str, str]]:
+    req = urllib.request.Request(
+        f"{broker.web_url}/lookup/v2/topic/persistent/public/default/h-{uuid.uuid4().hex[:6]}"
+        + query
+    )
+    if header:
+        req.add_header("X-Pulsar-ListenerName", header)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status), json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return int(err.code), json.loads(err.read())
+
+
+def test_http_lookup_answers_the_listener_named_by_query_or_header(broker: BrokerProcess) -> None:
+    external, internal = f"pulsar://localhost:{broker.port}", f"pulsar://127.0.0.1:{broker.port}"
+    assert http_lookup(broker)[1]["brokerUrl"] == internal
+    assert http_lookup(broker, "?listenerName=external")[1]["brokerUrl"] == external
+    assert http_lookup(broker, header="external")[1]["brokerUrl"] == external
+    # The query parameter wins over the header, as in Pulsar's TopicLookup.
+    assert http_lookup(broker, "?listenerName=internal", "external")[1]["brokerUrl"] == internal
+    status, body = http_lookup(broker, "?listenerName=test")
+    assert status >= 400 and "the broker do not have test listener" in json.dumps(body)
 
 
 def test_official_client_with_a_listener_name(broker: BrokerProcess) -> None:

@@ -208,6 +208,8 @@ def test_operator_surface_behind_tokens(tmp_path: Path) -> None:
         "tokenSecretKey": f"file://{key_file}",
         "authorizationEnabled": "true",
         "superUserRoles": "admin",
+        "brokerClientAuthenticationPlugin": "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+        "brokerClientAuthenticationParameters": f"token:{token('admin')}",
     }
     topic = "persistent://public/default/behind-tokens"
     with running_broker(conf=conf) as broker:

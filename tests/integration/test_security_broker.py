@@ -56,6 +56,9 @@ SECRET_PAYLOAD = f"classified-{RUN}".encode()
 LEAKS = (SECRET_TOPIC.encode(), f"secret-{RUN}".encode(), SECRET_PAYLOAD, RUN.encode())
 
 
+TOKEN_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+
+
 def token(role: str, key: bytes = SECRET, **claims: Any) -> str:
     """An HS256 token for ``role``."""
     return jwt.encode({"sub": role, **claims}, key, algorithm="HS256")
@@ -167,6 +170,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
             "tokenSecretKey": f"file://{key_file}",
             "authorizationEnabled": "true",
             "superUserRoles": ADMIN,
+            # The standalone's own client creates public/default with these, as in Pulsar.
+            "brokerClientAuthenticationPlugin": TOKEN_PLUGIN,
+            "brokerClientAuthenticationParameters": f"token:{token(ADMIN)}",
             # Expiring tokens are looked at every second (Pulsar's default is 60).
             "authenticationRefreshCheckSeconds": 1,
             "brokerServicePortTls": tls_port,
@@ -732,11 +738,14 @@ def test_rs256_public_key_given_as_data_url(tmp_path: Path) -> None:
     public_der = private.public_key().public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    good = jwt.encode({"sub": "svc"}, private, algorithm="RS256")
     conf = {
         "authenticationEnabled": "true",
         "tokenPublicKey": "data:;base64," + base64.b64encode(public_der).decode(),
+        # Without authorization any valid role may create public/default at start-up.
+        "brokerClientAuthenticationPlugin": TOKEN_PLUGIN,
+        "brokerClientAuthenticationParameters": f"token:{good}",
     }
-    good = jwt.encode({"sub": "svc"}, private, algorithm="RS256")
     topic = f"persistent://public/default/rs-{RUN}"
     with running_broker(conf=conf) as broker:
         client = make_client(broker.service_url, good)

@@ -227,6 +227,9 @@ class Store:
     def tenant_admin_roles(self, tenant: str) -> list[str]:
         return self.admins.get(tenant, [])
 
+    def namespace_exists(self, namespace: str) -> bool:
+        return namespace in self.grants
+
 
 def authz_error(authz: NamespaceAuthorizer, role: str | None, topic: str, action: str) -> str:
     with pytest.raises(BrokerError) as info:
@@ -238,6 +241,8 @@ def authz_error(authz: NamespaceAuthorizer, role: str | None, topic: str, action
 def test_namespace_permissions_super_users_and_tenant_admins() -> None:
     store = Store()
     store.grants["acme/orders"] = {"producer": ["produce"], "reader": ["consume"]}
+    store.grants["acme/billing"] = {}
+    store.grants["other/orders"] = {}
     store.admins["acme"] = ["acme-admin"]
     authz = NamespaceAuthorizer(store, parse_roles(" root , ops,"))
     t = "persistent://acme/orders/o1"
@@ -266,6 +271,12 @@ def test_namespace_permissions_super_users_and_tenant_admins() -> None:
     with pytest.raises(BrokerError) as info:
         authz.check("root", "bad/name", "produce")
     assert info.value.code == ServerError.InvalidTopicName
+    # A namespace that does not exist: not found for anyone, as Pulsar's clients expect.
+    for role in ("root", "stranger", None):
+        with pytest.raises(BrokerError) as info:
+            authz.check(role, "persistent://acme/nowhere/t", "produce")
+        assert info.value.code == ServerError.TopicNotFound
+        assert info.value.message == "Namespace acme/nowhere does not exist"
     authz.check_namespace("reader", "acme/orders", "lookup")
     authz.check_namespace("acme-admin", "acme/billing", "lookup")
     for role in ("stranger", None, "producer"):

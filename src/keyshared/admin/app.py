@@ -12,13 +12,15 @@ from keyshared import __version__
 from keyshared.admin.dashboard import add_dashboard_routes
 from keyshared.admin.metrics import add_metrics_route
 from keyshared.admin.permissions import add_permission_routes
-from keyshared.admin.rest import Resolver, install_rest_errors
+from keyshared.admin.rest import Resolver, broker_error_status, install_rest_errors
 from keyshared.admin.routes_clusters import cluster_routes
 from keyshared.admin.routes_compaction import compaction_routes
 from keyshared.admin.routes_limits import limit_routes
 from keyshared.admin.routes_lookup import lookup_routes
 from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
+from keyshared.admin.routes_quotas import quota_routes
+from keyshared.admin.routes_rates import rate_routes
 from keyshared.admin.routes_schemas import schema_routes
 from keyshared.admin.routes_sub_types import sub_types_routes
 from keyshared.admin.routes_subscriptions import subscription_routes
@@ -27,19 +29,6 @@ from keyshared.admin.routes_topics import topic_routes
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
-
-_HTTP_STATUS = {
-    ServerError.TopicNotFound: 404,
-    ServerError.SubscriptionNotFound: 404,
-    ServerError.ConsumerNotFound: 404,
-    ServerError.NotAllowedError: 409,
-    ServerError.InvalidTopicName: 412,
-    ServerError.AuthenticationError: 401,
-    ServerError.AuthorizationError: 403,
-    ServerError.ServiceNotReady: 503,
-    ServerError.MetadataError: 500,
-    ServerError.PersistenceError: 500,
-}
 
 
 class ORJSONResponse(JSONResponse):
@@ -60,7 +49,7 @@ def create_app(service: BrokerService) -> FastAPI:
 
     @app.exception_handler(BrokerError)
     async def broker_error(_: Request, exc: BrokerError) -> Response:
-        return ORJSONResponse({"reason": exc.message}, status_code=_HTTP_STATUS.get(exc.code, 500))
+        return ORJSONResponse({"reason": exc.message}, status_code=broker_error_status(exc.code))
 
     resolve = Resolver(service)
 
@@ -88,6 +77,8 @@ def create_app(service: BrokerService) -> FastAPI:
     app.include_router(compaction_routes(service))
     app.include_router(sub_types_routes(service))
     app.include_router(limit_routes(service))
+    app.include_router(quota_routes(service))
+    app.include_router(rate_routes(service))
     app.include_router(nonpersistent_routes(service))
     app.include_router(lookup_routes(service))
     app.include_router(schema_routes(service))

@@ -3,8 +3,8 @@
 The page (``admin/assets``: plain HTML, CSS and JavaScript, no build step, nothing from another
 host) polls ``GET /dashboard/api/overview`` about once a second and draws topics, subscriptions,
 consumers, backlog and rates; for each Key_Shared subscription, the hash space with each
-consumer's ranges and the draining hashes; a topic's latest schema (type and version, the
-definition on hover). A click on a hash asks the admin API's
+consumer's ranges and the draining hashes; a topic over its backlog quota; a topic's latest
+schema (type and version, the definition on hover). A click on a hash asks the admin API's
 ``.../subscription/{sub}/hashBlockers?hash=H`` what blocks it.
 
 The snapshot is the admin stats (same field names) of every loaded topic, with what the stats
@@ -66,10 +66,18 @@ def overview(service: BrokerService) -> dict[str, Any]:
                 sub["hashRange"] = [int(key_range[0]), int(key_range[1])]
             sub["name"] = name
             subs.append(sub)
+        held = service.rate_limits.throttled_connections(topic.name)
+        for live_producer, producer in zip(
+            topic.producers.values(), st["publishers"], strict=False
+        ):
+            # Its connection is not read now: a publish rate limit holds it.
+            producer["rateLimited"] = id(live_producer.transport) in held
         st["name"] = topic.name.full
         st["namespace"] = topic.name.namespace_name
         st["subscriptions"] = subs
         st["msgBacklog"] = sum(s["msgBacklog"] for s in subs)
+        # The quota types exceeded now (the page marks the topic).
+        st["backlogQuotaExceeded"] = topic.backlog_quota.exceeded()
         schema = service.schemas.get(topic.name)
         st["schema"] = (
             None

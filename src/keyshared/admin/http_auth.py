@@ -122,7 +122,9 @@ def _topic_access(read: bool, tenant: str, ns: str, rest: list[str]) -> Access:
 class HttpAuthenticator(Protocol):
     """Turns an ``Authorization`` header into a role (server.auth_token.TokenAuthenticator)."""
 
-    def authenticate_http(self, authorization: str | None) -> str:
+    def authenticate_http(
+        self, authorization: str | None, client_cert_cn: str | None = None
+    ) -> str:
         """The role, or raise BrokerError(AuthenticationError)."""
 
 
@@ -181,8 +183,10 @@ class SecuredApp:
             if name.lower() == b"authorization":
                 authorization = value.decode("latin-1")
                 break
+        # The client certificate of an HTTPS request (admin/web_tls.py), for the TLS provider.
+        tls = scope.get("extensions", {}).get("tls") or {}
         try:
-            role = self.authenticator.authenticate_http(authorization)
+            role = self.authenticator.authenticate_http(authorization, tls.get("client_cert_cn"))
         except BrokerError:
             return 401
         scope.setdefault("state", {})["role"] = role

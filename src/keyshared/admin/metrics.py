@@ -31,6 +31,7 @@ from prometheus_client import (
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from keyshared.broker.backlog_quota import METRIC_QUOTA_TYPE
 from keyshared.broker.nonpersistent_topic import NonPersistentTopic
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic import PersistentTopic
@@ -52,7 +53,29 @@ _TOPIC_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("pulsar_storage_offloaded_size", "offloadedStorageSize", "Bytes offloaded to tiered storage"),
     ("pulsar_in_bytes_total", "bytesInCounter", "Bytes published since the topic was loaded"),
     ("pulsar_in_messages_total", "msgInCounter", "Messages published since the topic was loaded"),
+    (
+        "pulsar_storage_backlog_quota_limit",
+        "backlogQuotaLimitSize",
+        "The topic's size backlog quota in bytes (-1: none)",
+    ),
+    (
+        "pulsar_storage_backlog_quota_limit_time",
+        "backlogQuotaLimitTime",
+        "The topic's time backlog quota in seconds (-1: none)",
+    ),
+    (
+        "pulsar_storage_backlog_age_seconds",
+        "oldestBacklogMessageAgeSeconds",
+        "Age of the oldest unacknowledged message, at the last backlog quota check",
+    ),
+    (
+        "pulsar_publish_rate_limit_times",
+        "publishRateLimitedTimes",
+        "Sends that overdrew a publish rate limit (the producer's connection paused)",
+    ),
 )
+_EVICTIONS = "pulsar_storage_backlog_quota_exceeded_evictions_total"
+_EVICTIONS_DOC = "Times the backlog was evicted for exceeding its quota, by quota_type"
 
 _SUBSCRIPTION_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("pulsar_subscription_back_log", "msgBacklog", "Messages in the subscription's backlog"),
@@ -199,6 +222,21 @@ class _Families:
         return iter(self._families.values())
 
 
+def _add_dispatch_throttling(fam: _Families, sub: dict[str, Any], labels: Labels) -> None:
+    """Pulsar's dispatch-throttling counters, one series per ``reason`` that throttled."""
+    for reason in ("subscription", "topic", "broker"):
+        label = reason.capitalize()
+        for unit, field in (("msg", "Msg"), ("bytes", "Bytes")):
+            value = sub.get(f"dispatchThrottled{field}EventsBy{label}Limit")
+            if value:
+                fam.add(
+                    f"pulsar_subscription_dispatch_throttled_{unit}_events",
+                    labels | {"reason": reason},
+                    float(value),
+                    f"Reads held back by a dispatch rate limit on {unit}",
+                )
+
+
 class BrokerCollector(Collector):
     """Collects Pulsar's topic, subscription (and optionally consumer and producer) metrics."""
 
@@ -213,6 +251,7 @@ class BrokerCollector(Collector):
         producers_on = cfg.exposeProducerLevelMetricsInPrometheus
         fam = _Families()
         topics_per_ns: dict[str, int] = {}
+        evictions: dict[str, int] = {}
         service = self.service
         loaded: list[PersistentTopic | NonPersistentTopic] = [
             *service.topics.values(),
@@ -235,6 +274,11 @@ class BrokerCollector(Collector):
                 "Consumers of all subscriptions",
             )
             fam.add_all(_TOPIC_GAUGES, stats, labels)
+            if isinstance(topic, PersistentTopic):
+                for quota_type, n in topic.backlog_quota.evictions.items():
+                    kind = METRIC_QUOTA_TYPE[quota_type]
+                    fam.add(_EVICTIONS, labels | {"quota_type": kind}, n, _EVICTIONS_DOC)
+                    evictions[kind] = evictions.get(kind, 0) + n
             fam.add(
                 "pulsar_msg_backlog",
                 labels,
@@ -259,6 +303,7 @@ class BrokerCollector(Collector):
                 )
                 if sub.get("type") == "Key_Shared":
                     fam.add_all(_DRAINING_GAUGES, sub, s_labels)
+                _add_dispatch_throttling(fam, sub, s_labels)
                 if consumers_on:
                     for c, consumer in zip(
                         topic.subscriptions[sub_name].consumers, sub["consumers"], strict=False
@@ -282,6 +327,9 @@ class BrokerCollector(Collector):
             0 if disk.read_only else 1,
             "1 while new entries are written, 0 while the data directory is full (read-only)",
         )
+        for kind, n in sorted(evictions.items()):
+            name = "pulsar_broker_" + _EVICTIONS[len("pulsar_") :]
+            fam.add(name, base | {"quota_type": kind}, n, _EVICTIONS_DOC)
         for source in service.broker_gauges:
             for name, value, doc in source():
                 fam.add(name, base, value, doc)

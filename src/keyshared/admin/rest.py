@@ -223,13 +223,19 @@ class Resolver:
 
 def broker_error_status(code: ServerError) -> int:
     """The HTTP status Pulsar's admin uses for a broker error code."""
-    return {
-        ServerError.TopicNotFound: 404,
-        ServerError.SubscriptionNotFound: 404,
-        ServerError.NotAllowedError: 409,
-        ServerError.InvalidTopicName: 412,
-        ServerError.ServiceNotReady: 503,
-    }.get(code, 500)
+    return _HTTP_STATUS.get(code, 500)
+
+
+_HTTP_STATUS = {
+    ServerError.TopicNotFound: 404,
+    ServerError.SubscriptionNotFound: 404,
+    ServerError.ConsumerNotFound: 404,
+    ServerError.NotAllowedError: 409,
+    ServerError.InvalidTopicName: 412,
+    ServerError.AuthenticationError: 401,
+    ServerError.AuthorizationError: 403,
+    ServerError.ServiceNotReady: 503,
+}
 
 
 def as_rest_error(exc: BrokerError) -> RestError:

@@ -59,6 +59,10 @@ class WebServer:
             config.load()
         # uvicorn serves given sockets with config.ssl; ours carries the broker's TLS settings.
         config.ssl = tls
+        if tls is not None:
+            from keyshared.admin.web_tls import tls_aware
+
+            config.http_protocol_class = tls_aware(config.http_protocol_class)
         server.lifespan = config.lifespan_class(config)
         await server.startup(sockets=[sock])
         task = asyncio.ensure_future(server.main_loop())

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from keyshared.broker import limits
+from keyshared.broker import backlog_quota, inactive_topics, limits
 from keyshared.broker.clusters import ClusterRegistry
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
 from keyshared.broker.errors import BrokerError, ServerError
@@ -20,6 +20,7 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
+from keyshared.broker.rate_limits import BrokerRateLimits
 from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
@@ -37,7 +38,12 @@ class BrokerService:
     """Owns every topic of this broker and the metadata about them."""
 
     def __init__(
-        self, config: BrokerConfig, storage: Storage, scheduler: Scheduler | None = None
+        self,
+        config: BrokerConfig,
+        storage: Storage,
+        scheduler: Scheduler | None = None,
+        *,
+        default_namespace: bool = True,
     ) -> None:
         self.config = config
         self.storage = storage
@@ -49,10 +55,12 @@ class BrokerService:
         self.policies.add_listener(self._policies_changed)
         self.clusters = ClusterRegistry(storage.metadata, config)
         self.schemas = SchemaRegistry(storage.metadata, self.policies)
+        self.rate_limits = BrokerRateLimits(config, self.policies, self.scheduler)
         # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
-        self._ensure_defaults()
+        if default_namespace:
+            self.create_default_namespace()
 
     def _policies_changed(self) -> None:
         # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
@@ -60,10 +68,18 @@ class BrokerService:
             topic.on_policies_changed()
 
     # --- tenants and namespaces ------------------------------------------------------------
-    def _ensure_defaults(self) -> None:
+    def create_default_namespace(self) -> None:
+        """Create the ``public`` tenant and ``public/default`` unless they exist.
+
+        As Pulsar's standalone: the tenant is administered by the super users and allowed on
+        this cluster. The standalone calls this when its own client may (see
+        ``server/broker_client_auth.py``); when it may not, both are left to the operator's
+        scripts, whose ``PUT``s would otherwise answer 409 and leave their grants unset."""
         md = self.storage.metadata
         if md.get(TENANTS_PREFIX + "public") is None:
-            md.put(TENANTS_PREFIX + "public", _json({"adminRoles": [], "allowedClusters": []}))
+            admins = sorted({r.strip() for r in self.config.superUserRoles.split(",") if r.strip()})
+            tenant = {"adminRoles": admins, "allowedClusters": [self.config.clusterName]}
+            md.put(TENANTS_PREFIX + "public", _json(tenant))
         if not self.policies.namespace_exists("public/default"):
             self.policies.create_namespace("public/default")
 
@@ -243,6 +259,7 @@ class BrokerService:
         if topic.dedup is not None:
             topic.dedup.delete()
         self.topics.pop(name.full, None)
+        self.rate_limits.forget(name)
         self.policies.delete_topic(name.full)
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)
@@ -265,8 +282,13 @@ class BrokerService:
         self.schemas.delete(name)
 
     def start_background_tasks(self) -> None:
-        """Start the periodic work: persisting changed cursor state."""
-        self._flush_task = asyncio.ensure_future(self._flush_loop())
+        """Start the periodic work: persisting changed cursor state; the backlog quota check
+        and inactive-topic deletion when enabled (as Pulsar schedules them)."""
+        self._tasks = [asyncio.ensure_future(self._flush_loop())]
+        if self.config.backlogQuotaCheckEnabled:
+            self._tasks.append(asyncio.ensure_future(backlog_quota.monitor(self)))
+        if self.config.brokerDeleteInactiveTopicsEnabled:
+            self._tasks.append(asyncio.ensure_future(inactive_topics.monitor(self)))
 
     async def _flush_loop(self) -> None:
         # Each cursor rate-limits itself (managedLedgerDefaultMarkDeleteRateLimit); asking every
@@ -298,8 +320,7 @@ class BrokerService:
 
     async def close(self) -> None:
         """Close every topic, persisting cursor state."""
-        task = getattr(self, "_flush_task", None)
-        if task is not None:
+        for task in getattr(self, "_tasks", []):
             task.cancel()
         for topic in list(self.topics.values()):
             try:

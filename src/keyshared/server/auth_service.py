@@ -86,8 +86,11 @@ class AuthenticationService:
         )
 
     # --- HTTP --------------------------------------------------------------------------------
-    def authenticate_http(self, authorization: str | None) -> str:
-        """The role proved by an ``Authorization`` header (Bearer or Basic)."""
+    def authenticate_http(
+        self, authorization: str | None, client_cert_cn: str | None = None
+    ) -> str:
+        """The role proved by an ``Authorization`` header (Bearer or Basic), else by the
+        verified client certificate of an HTTPS request (its CN, when the TLS provider is on)."""
         if authorization and authorization.strip():
             scheme = authorization.strip().partition(" ")[0].lower()
             if scheme == "bearer" and self.token is not None:
@@ -98,6 +101,8 @@ class AuthenticationService:
                 ServerError.AuthenticationError,
                 f"Authentication required: no provider for {scheme or 'empty'} credentials",
             )
+        if self.tls and client_cert_cn:
+            return client_cert_cn
         if self.anonymous_role:
             return self.anonymous_role
         raise BrokerError(ServerError.AuthenticationError, "Authentication required")

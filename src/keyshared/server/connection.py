@@ -151,10 +151,16 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """Decode every complete frame and handle it."""
         self.last_received = time.monotonic()
+        self._handle_frames(data)
+
+    def _handle_frames(self, data: bytes = b"") -> None:
+        # Stops as soon as reading is paused (a publish limit): the frames already received
+        # wait in the decoder, so a limit holds from the very next send, not the next read.
         decoder = self.decoder
         try:
-            decoder.feed(data)
-            while not self.closed:
+            if data:
+                decoder.feed(data)
+            while not self.closed and self._reading:
                 frame = decoder.next_frame()
                 if frame is None:
                     break
@@ -204,7 +210,10 @@ class ServerConnection(asyncio.Protocol):
             return
         self._reading = reading
         if reading:
+            # The client could not be heard while paused: idle time counts from now.
+            self.last_received = time.monotonic()
             self.transport.resume_reading()
+            asyncio.get_running_loop().call_soon(self._handle_frames)
         else:
             self.transport.pause_reading()
 
@@ -298,9 +307,9 @@ class ServerConnection(asyncio.Protocol):
 
     # --- keepalive (server/keepalive.py) -------------------------------------------------------
     def is_reading(self) -> bool:
-        """Whether the transport is being read (not paused by back-pressure)."""
+        """Whether the client is being read (not paused by back-pressure or a rate limit)."""
         transport = self.transport
-        return transport is not None and transport.is_reading()
+        return self._reading and transport is not None and transport.is_reading()
 
     def send_ping(self) -> None:
         """Ask the client for a PONG."""
@@ -636,6 +645,7 @@ class ServerConnection(asyncio.Protocol):
         size = len(payload)
         publishes = self._publishes
         publishes.started(size)
+        self.service.rate_limits.on_publish(producer.topic.name, publishes, s.num_messages, size)
         self.publisher.on_send(
             producer, s, payload, checksum_ok, on_finished=lambda: publishes.finished(size)
         )
