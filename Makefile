@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck check proto bench demo clean deps-browser deps-fuse
+.PHONY: run test lint typecheck check proto bench bench-load demo clean deps-browser deps-fuse
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ proto: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	$(PY) bench/run_e2e.py $(ARGS)
+
+# The load test (bench/bench_load.py; not part of `make test`): idle connections, slow topics,
+# fast and misbehaving clients, niced so it does not starve whatever else runs. ARGS e.g.
+# `--connections 10000 --topics 10000`, or `--minutes 30` for the soak.
+bench-load: $(STAMP)
+	nice -n 10 $(PY) bench/bench_load.py $(ARGS)
 
 demo: $(STAMP)
 	$(PY) -m keyshared.spark.demo $(ARGS)

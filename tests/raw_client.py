@@ -55,6 +55,8 @@ class RawClient:
     host: str
     port: int
     timeout: float = 5.0
+    # The local address to connect from (another loopback address, for per-IP limits).
+    source_ip: str | None = None
     sock: socket.socket = field(init=False)
     decoder: FrameDecoder = field(init=False)
     received: list[Frame] = field(init=False, default_factory=list)
@@ -63,7 +65,10 @@ class RawClient:
     _next_id: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        source = (self.source_ip, 0) if self.source_ip is not None else None
+        self.sock = socket.create_connection(
+            (self.host, self.port), timeout=self.timeout, source_address=source
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = FrameDecoder(_CLIENT_FRAME_LIMIT)
 

@@ -218,8 +218,12 @@ class BrokerConfig:
     delayedDeliveryEnabled: bool = True
     delayedDeliveryTickTimeMillis: int = 1000
     activeConsumerFailoverDelayTimeMillis: int = 1000
-    # --- keepalive -----------------------------------------------------------------------
+    # --- connections (server/connection_limits.py, server/keepalive.py) -------------------
+    # A silent client is pinged after this long and closed after as long again; 0: never.
     keepAliveIntervalSeconds: int = 30
+    # Connections refused at accept above these (both listeners together); 0: unlimited.
+    brokerMaxConnections: int = 0
+    brokerMaxConnectionsPerIp: int = 0
     # --- security ------------------------------------------------------------------------
     authenticationEnabled: bool = False
     # How often a connection checks whether its credentials expired (then asks for new ones).
@@ -285,6 +289,8 @@ class BrokerConfig:
         value = _parse(key, raw, getattr(self, key))
         if key in _POSITIVE and not (isinstance(value, int | float) and value > 0):
             raise ConfigError(f"{key}: must be greater than 0, got {raw.strip()!r}")
+        if key in _NON_NEGATIVE and not (isinstance(value, int) and value >= 0):
+            raise ConfigError(f"{key}: must be 0 (off) or more, got {raw.strip()!r}")
         if key == "subscriptionTypesEnabled":
             try:
                 parse_subscription_types(str(value))
@@ -364,6 +370,12 @@ _POSITIVE = frozenset(
         "backlogQuotaCheckIntervalInSeconds",
         "brokerDeleteInactiveTopicsFrequencySeconds",
     )
+)
+
+
+# Settings where 0 means "off" or "unlimited" and a negative value means nothing.
+_NON_NEGATIVE = frozenset(
+    ("brokerMaxConnections", "brokerMaxConnectionsPerIp", "keepAliveIntervalSeconds")
 )
 
 

@@ -30,6 +30,7 @@ from keyshared.protocol import (
 from keyshared.protocol.constants import PROTOCOL_VERSION
 from keyshared.server import schema_commands
 from keyshared.server.auth_refresh import REFRESH_AUTH_DATA, AuthRefresh
+from keyshared.server.keepalive import KeepAlive
 from keyshared.server.publish import Publisher
 from keyshared.storage.position import EARLIEST, LATEST, Position
 
@@ -88,7 +89,8 @@ class ServerConnection(asyncio.Protocol):
         self.consumers: dict[int, Consumer] = {}
         self.last_received = time.monotonic()
         self._out: list[bytes] = []
-        self._ping_handle: asyncio.TimerHandle | None = None
+        self._keepalive = KeepAlive(self, self.config.keepAliveIntervalSeconds)
+        self._ip = ""
         self._auth_refresh: AuthRefresh | None = None
         self._auth_handle: asyncio.TimerHandle | None = None
         self._protocol_version = PROTOCOL_VERSION
@@ -129,13 +131,22 @@ class ServerConnection(asyncio.Protocol):
         transport = self.transport
         peer = transport.get_extra_info("peername")
         self._address = f"/{peer[0]}:{peer[1]}" if peer else ""
+        self._ip = str(peer[0]) if peer else ""
+        refusal = self.server.admit(self, self._ip, self._address)
+        if refusal is not None:
+            # Pulsar's ConnectionController: refused before the client says anything.
+            self.closed = True
+            transport.write(
+                commands.error(request_id=-1, error=ServerError.NotAllowedError, message=refusal)
+            )
+            transport.close()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         transport.set_write_buffer_limits(high=4 * 1024 * 1024, low=1024 * 1024)
-        self.server.connections.add(self)
-        self._schedule_ping()
+        self._keepalive.start()
 
     def data_received(self, data: bytes) -> None:
         """Decode every complete frame and handle it."""
@@ -175,10 +186,9 @@ class ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         """Release every producer and consumer of this connection."""
         self.closed = True
-        self.server.connections.discard(self)
+        self.server.release(self, self._ip)
         self._publishes.close()
-        if self._ping_handle is not None:
-            self._ping_handle.cancel()
+        self._keepalive.stop()
         if self._auth_handle is not None:
             self._auth_handle.cancel()
         for producer in list(self.producers.values()):
@@ -295,27 +305,20 @@ class ServerConnection(asyncio.Protocol):
             return
         self._error(request_id, ServerError.NotAllowedError, f"Command {name} is not supported")
 
-    # --- keepalive ---------------------------------------------------------------------------
-    def _schedule_ping(self) -> None:
-        interval = self.config.keepAliveIntervalSeconds
-        if interval <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        self._ping_handle = loop.call_later(interval, self._keepalive)
+    # --- keepalive (server/keepalive.py) -------------------------------------------------------
+    def is_reading(self) -> bool:
+        """Whether the client is being read (not paused by back-pressure or a rate limit)."""
+        transport = self.transport
+        return self._reading and transport is not None and transport.is_reading()
 
-    def _keepalive(self) -> None:
-        if self.closed:
-            return
-        interval = self.config.keepAliveIntervalSeconds
-        idle = time.monotonic() - self.last_received
-        # Not while reading is paused (a publish limit): the client's answers wait unread, as
-        # Pulsar's keepalive waits while auto-read is off (set_reading restarts the count).
-        if idle > 2 * interval and self._reading:
-            self._fail("keepalive timeout")
-            return
-        if self.connected and idle > interval:
-            self.send_command(T(type=T.PING, ping=pb.CommandPing()))
-        self._schedule_ping()
+    def send_ping(self) -> None:
+        """Ask the client for a PONG."""
+        self.send_command(T(type=T.PING, ping=pb.CommandPing()))
+
+    def keepalive_close(self, reason: str) -> None:
+        """Close a client that did not answer in time."""
+        self.server.connection_stats.keepalive_timeouts += 1
+        self._fail(reason)
 
     # --- handshake ---------------------------------------------------------------------------
     def _on_connect(self, cmd: pb.BaseCommand, _: Any) -> None:
@@ -335,6 +338,7 @@ class ServerConnection(asyncio.Protocol):
                     self._peercert(),
                 )
             except BrokerError as exc:
+                self.server.connection_stats.create_fail += 1
                 self._error(_U64 - 1, exc.code, exc.message)
                 self._fail(f"authentication failed: {exc.message}")
                 return
@@ -346,6 +350,7 @@ class ServerConnection(asyncio.Protocol):
             self._auth_refresh.authenticated(expires)
             self._schedule_auth_check()
         self.connected = True
+        self.server.connection_stats.create_success += 1
         self.send_command(
             T(
                 type=T.CONNECTED,

@@ -11,6 +11,7 @@ from keyshared import __version__
 from keyshared.broker.service import BrokerService
 from keyshared.config import BrokerConfig
 from keyshared.server.connection import ServerConnection
+from keyshared.server.connection_limits import ConnectionLimits, ConnectionStats
 from keyshared.server.listeners import listener_for, parse_listeners
 from keyshared.server.publish_buffer import PublishThrottle
 
@@ -63,6 +64,11 @@ class BrokerServer:
             cfg.maxPendingPublishRequestsPerConnection,
         )
         service.broker_gauges.append(self._publish_gauges)
+        self.connection_limits = ConnectionLimits(
+            cfg.brokerMaxConnections, cfg.brokerMaxConnectionsPerIp
+        )
+        self.connection_stats = ConnectionStats(self.connection_limits)
+        service.broker_gauges.append(self.connection_stats.gauges)
         self._servers: list[asyncio.AbstractServer] = []
         self._names = itertools.count()
         self.port = 0
@@ -97,11 +103,32 @@ class BrokerServer:
                 "Times reading from producers' connections was paused by the publish buffer",
             ),
             (
+                "keyshared_asyncio_tasks",
+                len(asyncio.all_tasks()),
+                "asyncio tasks alive in the broker's loop (a soak test watches it for leaks)",
+            ),
+            (
                 "keyshared_publish_connection_pauses_total",
                 t.connection_pauses,
                 "Times a connection was paused by maxPendingPublishRequestsPerConnection",
             ),
         ]
+
+    def admit(self, conn: ServerConnection, ip: str, address: str) -> str | None:
+        """Count a new connection from ``ip`` (on either listener); the refusal message
+        instead when a connection limit is reached (server/connection_limits.py)."""
+        refusal = self.connection_limits.admit(ip, address)
+        if refusal is None:
+            self.connections.add(conn)
+            self.connection_stats.created += 1
+        return refusal
+
+    def release(self, conn: ServerConnection, ip: str) -> None:
+        """An admitted connection closed (a refused one was never counted)."""
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.connection_limits.release(ip)
+            self.connection_stats.closed += 1
 
     def new_producer_name(self) -> str:
         """A broker-assigned producer name, unique for this broker's lifetime."""
