@@ -70,8 +70,7 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         return no_content()
 
     def check_replication_clusters(tenant: str, clusters: list[str]) -> list[str]:
-        """Pulsar's checks: every cluster known (412) and allowed by the tenant (403); then
-        501 for another cluster than this one."""
+        """Pulsar's checks: every cluster known (412) and allowed by the tenant (403)."""
         unknown = [c for c in clusters if not service.clusters.exists(c)]
         if unknown:
             raise RestError(412, f"Clusters do not exist: {', '.join(unknown)}")
@@ -83,15 +82,6 @@ def namespace_routes(service: BrokerService) -> APIRouter:
                     f"Cluster {c} is not in the list of allowed clusters list for tenant "
                     f"[{tenant}]",
                 )
-        # The storage is ready for geo-replication; until it replicates, saying it does would
-        # be a silent success.
-        remote = [c for c in clusters if c != service.clusters.local]
-        if remote:
-            raise RestError(
-                501,
-                f"Replication to other clusters is not implemented by keyshared: "
-                f"{', '.join(remote)}",
-            )
         return clusters
 
     @router.get(_NS)
@@ -159,8 +149,8 @@ def namespace_routes(service: BrokerService) -> APIRouter:
     async def set_replication_clusters(
         tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
     ) -> Response:
-        """Set the namespace's ``replication_clusters`` (each known and allowed by the tenant;
-        501 naming a cluster other than this one, as replication is not implemented yet)."""
+        """Set the namespace's ``replication_clusters`` (each known and allowed by the tenant):
+        its topics start replicating to the other clusters named (``broker/replication``)."""
         ns = resolve.namespace(tenant, namespace)
         if not clusters:
             raise RestError(412, "ClusterIds should not be null or empty")

@@ -20,6 +20,7 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
+from keyshared.broker.replication import remote_clusters
 from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
@@ -64,6 +65,29 @@ class BrokerService:
         # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
         for topic in list(self.topics.values()):
             topic.on_policies_changed()
+        self.load_replicated_topics()
+
+    def load_replicated_topics(self) -> None:
+        """Load every persistent topic of the namespaces that replicate to another cluster, so
+        that their replicators run with no client attached (after a restart too), as Pulsar
+        loads a replicated namespace's topics when it owns them."""
+        local = self.config.clusterName
+        for key, raw in self.storage.metadata.items(NAMESPACES_PREFIX):
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(record, dict) or not remote_clusters(
+                record.get("replication_clusters"), local
+            ):
+                continue
+            for full in self.list_topics(key[len(NAMESPACES_PREFIX) :]):
+                if full in self.topics:
+                    continue
+                try:
+                    self.get_topic(TopicName.parse(full), create=False)
+                except (BrokerError, InvalidTopicName) as exc:
+                    log.warning("cannot load replicated topic %s: %s", full, exc)
 
     # --- tenants and namespaces ------------------------------------------------------------
     def create_default_namespace(self) -> None:
@@ -252,6 +276,7 @@ class BrokerService:
                 ServerError.NotAllowedError, f"Topic {name} has active producers/subscriptions"
             )
         await topic.close()
+        topic.replication.delete()
         for sub in list(topic.subscriptions):
             topic.remove_subscription(sub)
         if topic.dedup is not None:
@@ -281,6 +306,9 @@ class BrokerService:
     def start_background_tasks(self) -> None:
         """Start the periodic work: persisting changed cursor state."""
         self._flush_task = asyncio.ensure_future(self._flush_loop())
+        self.load_replicated_topics()
+        for topic in self.topics.values():
+            topic.replication.start()
 
     async def _flush_loop(self) -> None:
         # Each cursor rate-limits itself (managedLedgerDefaultMarkDeleteRateLimit); asking every

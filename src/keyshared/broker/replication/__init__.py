@@ -1,0 +1,19 @@
+"""Geo-replication, Pulsar's way: each persistent topic of a namespace whose
+``replication_clusters`` name other clusters is forwarded to them over the public binary
+protocol (see :mod:`.replicator`), so the remote may be a keyshared broker or Apache Pulsar."""
+
+from keyshared.broker.replication.decisions import (
+    REPLICATOR_PREFIX,
+    dedup_producer_name,
+    is_replicator_producer,
+    remote_clusters,
+)
+from keyshared.broker.replication.topic_replication import TopicReplication
+
+__all__ = [
+    "REPLICATOR_PREFIX",
+    "TopicReplication",
+    "dedup_producer_name",
+    "is_replicator_producer",
+    "remote_clusters",
+]
