@@ -8,16 +8,19 @@ with the official client on ``ca`` and read on ``cb`` with it. About 30 s on ``-
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pulsar
 import pytest
 
+from keyshared.tokens import create_token
 from tests.broker_process import BrokerProcess, quiet_logger
 from tests.integration.admin_support import ok
 
@@ -272,3 +275,126 @@ def test_local_broker_killed_mid_stream_each_message_once_at_remote(
     assert set(ok_sent) <= set(got)
     # The remote holds what the local cluster stored, in its order (so per key too).
     assert got == [m.data() for m in _read_all(a, topic, len(got), timeout=10)]
+
+
+def test_partitioned_topic_replicates_partition_by_partition(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = pair
+    topic = _topic()
+    rest = f"/admin/v2/persistent/{topic[len('persistent://') :]}"
+    # Without a shared configuration store the partitioned topic is created on both clusters.
+    for x in (a, b):
+        ok(x, "PUT", rest + "/partitions", 2)
+    _subscribe(b, topic)
+    client = _client(a)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(20):
+            producer.send(f"m{i}".encode(), partition_key=f"k{i % 4}")
+    finally:
+        client.close()
+    got = _read_all(b, topic, 20)
+    assert sorted(m.data() for m in got) == sorted(f"m{i}".encode() for i in range(20))
+    for k in range(4):
+        of_key = [int(m.data()[1:]) for m in got if m.partition_key() == f"k{k}"]
+        assert of_key == sorted(of_key)
+    # Each partition has its own replicator (and cursor pulsar.repl.cb).
+    out = [
+        ok(a, "GET", f"{rest}-partition-{i}/stats")["replication"]["cb"]["msgOutCounter"]
+        for i in range(2)
+    ]
+    assert sum(out) == 20
+
+
+SECRET = b"geo-replication-test-secret-0123"
+TOKEN_PLUGIN = "org.apache.pulsar.client.impl.auth.AuthenticationToken"
+
+
+def _admin(b: BrokerProcess, method: str, path: str, body: Any, token: str) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(b.web_url + path, data=data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+
+
+def test_replicator_authenticates_with_the_clusters_credentials(
+    pair: tuple[BrokerProcess, BrokerProcess], tmp_path: Path
+) -> None:
+    a, _ = pair
+    key = tmp_path / "secret.key"
+    key.write_bytes(SECRET)
+    admin = create_token("admin", secret_key=SECRET)
+    c = BrokerProcess(
+        conf={
+            "clusterName": "cc",
+            "authenticationEnabled": "true",
+            "authenticationProviders": (
+                "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
+            ),
+            "tokenSecretKey": f"file://{key}",
+            "authorizationEnabled": "true",
+            "superUserRoles": "admin",
+            "brokerClientAuthenticationPlugin": TOKEN_PLUGIN,
+            "brokerClientAuthenticationParameters": f"token:{admin}",
+        }
+    )
+    try:
+        c.start()
+        ns = "geo/auth"
+        topic = f"persistent://{ns}/t-{uuid.uuid4().hex[:10]}"
+        body = {"serviceUrl": a.web_url, "brokerServiceUrl": a.service_url}
+        assert _admin(c, "PUT", "/admin/v2/clusters/ca", body, admin) == 204
+        tenant = {"allowedClusters": ["ca", "cc"]}
+        assert _admin(c, "PUT", "/admin/v2/tenants/geo", tenant, admin) == 204
+        assert _admin(c, "PUT", f"/admin/v2/namespaces/{ns}", {}, admin) == 204
+        grant = f"/admin/v2/namespaces/{ns}/permissions/repl"
+        assert _admin(c, "POST", grant, ["produce"], admin) == 204
+        # On ca: cluster cc with a token that cc refuses at first.
+        wrong = create_token("repl", secret_key=b"not-the-secret-not-the-secret-00")
+        cc = {
+            "serviceUrl": c.web_url,
+            "brokerServiceUrl": c.service_url,
+            "authenticationPlugin": TOKEN_PLUGIN,
+            "authenticationParameters": f"token:{wrong}",
+        }
+        ok(a, "PUT", "/admin/v2/clusters/cc", cc)
+        ok(a, "POST", "/admin/v2/tenants/geo", {"allowedClusters": ["ca", "cb", "cc"]})
+        ok(a, "PUT", f"/admin/v2/namespaces/{ns}", {})
+        ok(a, "POST", f"/admin/v2/namespaces/{ns}/replication", ["ca", "cc"])
+        client = _client(a)
+        try:
+            client.subscribe(topic, "audit").close()
+            producer = client.create_producer(topic, batching_enabled=False)
+            for i in range(10):
+                producer.send(f"m{i}".encode())
+        finally:
+            client.close()
+        stats = f"/admin/v2/persistent/{topic[len('persistent://') :]}/stats"
+        time.sleep(1.0)
+        rep = ok(a, "GET", stats)["replication"]["cc"]
+        assert rep["connected"] is False and rep["replicationBacklog"] == 10
+        # The right token: the replicator reads the cluster's data at its next attempt.
+        cc["authenticationParameters"] = f"token:{create_token('repl', secret_key=SECRET)}"
+        ok(a, "POST", "/admin/v2/clusters/cc", cc)
+        _wait(lambda: ok(a, "GET", stats)["replication"]["cc"]["replicationBacklog"] == 0, 30)
+        reader_client = pulsar.Client(
+            c.service_url,
+            authentication=pulsar.AuthenticationToken(admin),
+            operation_timeout_seconds=10,
+            logger=quiet_logger(),
+        )
+        try:
+            reader = reader_client.create_reader(topic, pulsar.MessageId.earliest)
+            got = [reader.read_next(timeout_millis=5000).data() for _ in range(10)]
+        finally:
+            reader_client.close()
+        assert got == [f"m{i}".encode() for i in range(10)]
+    finally:
+        c.close()
