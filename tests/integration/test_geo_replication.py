@@ -398,3 +398,53 @@ def test_replicator_authenticates_with_the_clusters_credentials(
         assert got == [f"m{i}".encode() for i in range(10)]
     finally:
         c.close()
+
+
+def test_topic_level_replication_policy_overrides_the_namespace(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = pair
+    for x in (a, b):
+        if x.admin("GET", "/admin/v2/namespaces/geo/plain")[0] == 404:
+            ok(x, "PUT", "/admin/v2/namespaces/geo/plain", {})
+    # A namespace that does not replicate, one topic of it that does.
+    on = f"persistent://geo/plain/t-{uuid.uuid4().hex[:10]}"
+    # A namespace that replicates, one topic of it kept local.
+    off = _topic()
+    rest_on = f"/admin/v2/persistent/{on[len('persistent://') :]}"
+    rest_off = f"/admin/v2/persistent/{off[len('persistent://') :]}"
+    for t in (on, off):
+        _subscribe(b, t)
+        _subscribe(a, t)
+    assert a.admin("GET", rest_on + "/replication") == (200, None)
+    assert ok(a, "GET", rest_on + "/replication?applied=true") == ["ca"]
+    status, body = a.admin("POST", rest_on + "/replication", ["ca", "nowhere"])
+    assert status == 412 and "nowhere" in body["reason"]
+    assert a.admin("POST", rest_on + "/replication", [])[0] == 412
+    ok(a, "POST", rest_on + "/replication", ["cb", "ca"])
+    assert ok(a, "GET", rest_on + "/replication") == ["ca", "cb"]
+    ok(a, "POST", rest_off + "/replication", ["ca"])
+    assert ok(a, "GET", rest_off + "/replication?applied=true") == ["ca"]
+    client = _client(a)
+    try:
+        for t in (on, off):
+            producer = client.create_producer(t, batching_enabled=False)
+            for i in range(5):
+                producer.send(f"m{i}".encode())
+    finally:
+        client.close()
+    assert len(_read_all(b, on, 5)) == 5
+    assert _read_all(b, off, 0, timeout=3) == []
+    # No replicator towards cb (what stats show of cb is cb's replicator producing here).
+    assert "pulsar.repl.cb" not in ok(a, "GET", rest_off + "/internalStats")["cursors"]
+    assert ok(a, "GET", rest_off + "/stats")["replication"]["cb"]["connected"] is False
+    # Falling back to the namespace's policy: the kept messages follow.
+    ok(a, "DELETE", rest_off + "/replication")
+    assert a.admin("GET", rest_off + "/replication") == (200, None)
+    assert len(_read_all(b, off, 0, timeout=3)) == 0  # the cursor starts at the end, as Pulsar's
+    client = _client(a)
+    try:
+        client.create_producer(off, batching_enabled=False).send(b"after")
+    finally:
+        client.close()
+    assert [m.data() for m in _read_all(b, off, 1)] == [b"after"]

@@ -20,7 +20,7 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
-from keyshared.broker.replication import remote_clusters
+from keyshared.broker.replication import replicated_topics
 from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
@@ -68,26 +68,16 @@ class BrokerService:
         self.load_replicated_topics()
 
     def load_replicated_topics(self) -> None:
-        """Load every persistent topic of the namespaces that replicate to another cluster, so
-        that their replicators run with no client attached (after a restart too), as Pulsar
-        loads a replicated namespace's topics when it owns them."""
-        local = self.config.clusterName
-        for key, raw in self.storage.metadata.items(NAMESPACES_PREFIX):
+        """Load every persistent topic replicated to another cluster (by its namespace or its
+        own policy), so that its replicators run with no client attached (after a restart
+        too), as Pulsar loads a replicated namespace's topics when it owns them."""
+        for name in replicated_topics(self):
+            if name.full in self.topics:
+                continue
             try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(record, dict) or not remote_clusters(
-                record.get("replication_clusters"), local
-            ):
-                continue
-            for full in self.list_topics(key[len(NAMESPACES_PREFIX) :]):
-                if full in self.topics:
-                    continue
-                try:
-                    self.get_topic(TopicName.parse(full), create=False)
-                except (BrokerError, InvalidTopicName) as exc:
-                    log.warning("cannot load replicated topic %s: %s", full, exc)
+                self.get_topic(name, create=False)
+            except BrokerError as exc:
+                log.warning("cannot load replicated topic %s: %s", name, exc)
 
     # --- tenants and namespaces ------------------------------------------------------------
     def create_default_namespace(self) -> None:

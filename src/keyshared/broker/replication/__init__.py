@@ -8,12 +8,20 @@ from keyshared.broker.replication.decisions import (
     is_replicator_producer,
     remote_clusters,
 )
+from keyshared.broker.replication.policy import (
+    TOPIC_REPLICATION_FIELD,
+    effective_replication_clusters,
+    replicated_topics,
+)
 from keyshared.broker.replication.topic_replication import TopicReplication
 
 __all__ = [
     "REPLICATOR_PREFIX",
+    "TOPIC_REPLICATION_FIELD",
     "TopicReplication",
     "dedup_producer_name",
+    "effective_replication_clusters",
     "is_replicator_producer",
     "remote_clusters",
+    "replicated_topics",
 ]

@@ -20,6 +20,7 @@ from keyshared.broker.replication.decisions import (
     remote_clusters,
     replicator_cursor_name,
 )
+from keyshared.broker.replication.policy import effective_replication_clusters
 from keyshared.broker.replication.replicator import Replicator
 from keyshared.broker.topic_common import producer_stats
 from keyshared.storage.cursor import ManagedCursor
@@ -43,8 +44,11 @@ class TopicReplication:
 
     def wanted(self) -> list[str]:
         """The remote clusters this topic replicates to now."""
-        record = self.topic.service.policies.namespace(self.topic.name.namespace_name) or {}
-        return remote_clusters(record.get("replication_clusters"), self.local)
+        if self.topic.name.domain != "persistent":
+            return []
+        return remote_clusters(
+            effective_replication_clusters(self.topic.service, self.topic.name), self.local
+        )
 
     def update(self) -> None:
         """Start replicators for clusters added to the policy, remove those taken out."""
