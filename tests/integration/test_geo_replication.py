@@ -448,3 +448,48 @@ def test_topic_level_replication_policy_overrides_the_namespace(
     finally:
         client.close()
     assert [m.data() for m in _read_all(b, off, 1)] == [b"after"]
+
+
+def test_remote_broker_killed_mid_stream_each_message_once(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = pair
+    topic = _topic()
+    rest = f"/admin/v2/persistent/{topic[len('persistent://') :]}"
+    _subscribe(b, topic)
+    _subscribe(a, topic)
+    client = _client(a)
+    producers = [
+        client.create_producer(
+            topic, batching_enabled=True, batching_max_messages=10, batching_max_publish_delay_ms=2
+        )
+        for _ in range(2)
+    ]
+    failed: list[pulsar.Result] = []
+
+    def publish() -> None:
+        for i in range(400):
+            producers[(i // 7) % 2].send_async(
+                f"m{i}".encode(),
+                lambda r, _m: failed.append(r) if r != pulsar.Result.Ok else None,
+                partition_key=f"k{i % 5}",
+            )
+            if i % 20 == 19:
+                time.sleep(0.02)
+        for p in producers:
+            p.flush()
+
+    try:
+        thread = threading.Thread(target=publish)
+        thread.start()
+        # SIGKILL the remote while the replicator streams to it.
+        _wait(lambda: b.admin("GET", rest + "/stats")[1]["msgInCounter"] >= 50)
+        b.kill()
+        thread.join(30)
+        assert not failed
+    finally:
+        client.close()
+    b.start(same_ports=True)
+    got = [m.data() for m in _read_all(b, topic, 400, timeout=40)]
+    assert len(got) == 400 and len(set(got)) == 400
+    assert got == [m.data() for m in _read_all(a, topic, 400, timeout=10)]
