@@ -93,6 +93,9 @@ class RemoteConnection:
                 )
             )
             await asyncio.wait_for(asyncio.shield(conn._connected), timeout)
+        except TimeoutError as exc:
+            conn.close()
+            raise RemoteError(f"{url}: no CONNECTED within {timeout:.0f}s") from exc
         except BaseException:
             conn.close()
             raise
