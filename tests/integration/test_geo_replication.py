@@ -175,7 +175,7 @@ def test_messages_arrive_intact_in_order_and_never_loop(
     stats = ok(a, "GET", f"/admin/v2/persistent/{topic[len('persistent://') :]}/stats")
     rep = stats["replication"]["cb"]
     assert rep["connected"] is True and rep["replicationBacklog"] == 0
-    assert rep["msgOutCounter"] == 51
+    assert rep["msgOutCount"] == 51
     with urllib.request.urlopen(a.web_url + "/metrics", timeout=10) as resp:
         metrics = resp.read().decode()
     labels = f'namespace="{NS}",remote_cluster="cb",topic="{topic}"'
@@ -188,6 +188,7 @@ def test_messages_arrive_intact_in_order_and_never_loop(
     assert "pulsar.repl.cb" in internal["cursors"]
     remote = ok(b, "GET", f"/admin/v2/persistent/{topic[len('persistent://') :]}/stats")
     assert remote["replication"]["ca"]["inboundConnection"]
+    assert remote["replication"]["ca"]["msgInCount"] == 51
     names = [p["producerName"] for p in remote["publishers"]]
     assert names == ["pulsar.repl.ca-->cb"]
     # The replicators' cursor names are reserved.
@@ -301,10 +302,13 @@ def test_partitioned_topic_replicates_partition_by_partition(
         assert of_key == sorted(of_key)
     # Each partition has its own replicator (and cursor pulsar.repl.cb).
     out = [
-        ok(a, "GET", f"{rest}-partition-{i}/stats")["replication"]["cb"]["msgOutCounter"]
+        ok(a, "GET", f"{rest}-partition-{i}/stats")["replication"]["cb"]["msgOutCount"]
         for i in range(2)
     ]
     assert sum(out) == 20
+    merged = ok(a, "GET", f"{rest}/partitioned-stats")["replication"]["cb"]
+    assert merged["msgOutCount"] == 20 and merged["replicationBacklog"] == 0
+    assert merged["connected"] is True
 
 
 SECRET = b"geo-replication-test-secret-0123"

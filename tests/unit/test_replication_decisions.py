@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from keyshared.broker.dedup import DUPLICATE, NEW, DedupState
 from keyshared.broker.replication.decisions import (
     LOCAL_ONLY,
@@ -15,6 +17,7 @@ from keyshared.broker.replication.decisions import (
     replicator_producer_name,
     should_forward,
 )
+from keyshared.broker.replication.topic_replication import merge_replication_stats
 from keyshared.broker.sequence_ids import send_ids
 from keyshared.protocol import encode_batch, encode_payload_section, pb, split_payload
 from keyshared.storage.position import Position
@@ -107,3 +110,24 @@ def test_backoff_doubles_to_a_minute_and_resets() -> None:
     assert delays[-1] == 60.0 and max(delays) == 60.0
     backoff.reset()
     assert backoff.next() == 0.1
+
+
+def test_partitioned_stats_merge_replication_as_pulsar() -> None:
+    def part(backlog: int, connected: bool, delay: int) -> dict[str, Any]:
+        return {
+            "east": {
+                "msgRateOut": 1.5,
+                "msgOutCount": 10,
+                "replicationBacklog": backlog,
+                "connected": connected,
+                "replicationDelayInSeconds": delay,
+            }
+        }
+
+    merged = merge_replication_stats([part(1, True, 3), part(2, True, 7)])["east"]
+    assert merged["msgRateOut"] == 3.0 and merged["msgOutCount"] == 20
+    assert merged["replicationBacklog"] == 3 and merged["connected"] is True
+    assert merged["replicationDelayInSeconds"] == 7
+    merged = merge_replication_stats([part(0, True, 0), part(0, False, 0)])["east"]
+    assert merged["connected"] is False
+    assert merge_replication_stats([{}, {}]) == {}

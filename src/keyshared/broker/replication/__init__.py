@@ -13,7 +13,10 @@ from keyshared.broker.replication.policy import (
     effective_replication_clusters,
     replicated_topics,
 )
-from keyshared.broker.replication.topic_replication import TopicReplication
+from keyshared.broker.replication.topic_replication import (
+    TopicReplication,
+    merge_replication_stats,
+)
 
 __all__ = [
     "REPLICATOR_PREFIX",
@@ -22,6 +25,7 @@ __all__ = [
     "dedup_producer_name",
     "effective_replication_clusters",
     "is_replicator_producer",
+    "merge_replication_stats",
     "remote_clusters",
     "replicated_topics",
 ]

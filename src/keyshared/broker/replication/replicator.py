@@ -260,8 +260,8 @@ class Replicator:
             "replicationDelayInSeconds": int(delay),
             "outboundConnection": self.outbound_address if self.connected else None,
             "outboundConnectedSince": _iso(self.connected_since),
-            "msgOutCounter": self.msg_out_counter,
-            "bytesOutCounter": self.bytes_out_counter,
+            "msgOutCount": self.msg_out_counter,
+            "bytesOutCount": self.bytes_out_counter,
         }
 
 

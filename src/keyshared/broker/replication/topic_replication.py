@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from keyshared.broker.client_credentials import ClientCredentials, client_credentials
@@ -154,13 +155,15 @@ class TopicReplication:
                     "replicationDelayInSeconds": 0,
                     "outboundConnection": None,
                     "outboundConnectedSince": None,
-                    "msgOutCounter": 0,
-                    "bytesOutCounter": 0,
+                    "msgOutCount": 0,
+                    "bytesOutCount": 0,
                 }
             )
             p = inbound.get(cluster)
             st["msgRateIn"] = p["msgRateIn"] if p else 0.0
             st["msgThroughputIn"] = p["msgThroughputIn"] if p else 0.0
+            st["msgInCount"] = p["msgInCounter"] if p else 0
+            st["bytesInCount"] = p["bytesInCounter"] if p else 0
             st["inboundConnection"] = p["address"] if p else None
             st["inboundConnectedSince"] = p["connectedSince"] if p else None
             out[cluster] = st
@@ -170,3 +173,39 @@ class TopicReplication:
 async def _remove(rep: Replicator) -> None:
     await rep.stop()
     rep.cursor.delete()
+
+
+_SUMMED = (
+    "msgRateIn",
+    "msgThroughputIn",
+    "msgRateOut",
+    "msgThroughputOut",
+    "msgRateExpired",
+    "replicationBacklog",
+    "msgInCount",
+    "bytesInCount",
+    "msgOutCount",
+    "bytesOutCount",
+)
+
+
+def merge_replication_stats(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The ``replication`` section of partitioned stats from its partitions' (as Pulsar's
+    ``ReplicatorStatsImpl.add``: sums, ``connected`` only if every partition is, the largest
+    delay)."""
+    out: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for cluster, st in part.items():
+            agg = out.get(cluster)
+            if agg is None:
+                out[cluster] = {
+                    k: st.get(k) for k in (*_SUMMED, "connected", "replicationDelayInSeconds")
+                }
+                continue
+            for k in _SUMMED:
+                agg[k] = (agg.get(k) or 0) + (st.get(k) or 0)
+            agg["connected"] = bool(agg["connected"]) and bool(st.get("connected"))
+            agg["replicationDelayInSeconds"] = max(
+                agg["replicationDelayInSeconds"] or 0, st.get("replicationDelayInSeconds") or 0
+            )
+    return out
