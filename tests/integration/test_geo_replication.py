@@ -497,3 +497,39 @@ def test_remote_broker_killed_mid_stream_each_message_once(
     got = [m.data() for m in _read_all(b, topic, 400, timeout=40)]
     assert len(got) == 400 and len(set(got)) == 400
     assert got == [m.data() for m in _read_all(a, topic, 400, timeout=10)]
+
+
+def test_unloaded_topic_goes_on_replicating(pair: tuple[BrokerProcess, BrokerProcess]) -> None:
+    a, b = pair
+    for x in (a, b):
+        if x.admin("GET", "/admin/v2/namespaces/geo/plain")[0] == 404:
+            ok(x, "PUT", "/admin/v2/namespaces/geo/plain", {})
+    # One way only (nothing comes back from cb to load the topic on ca).
+    topic = f"persistent://geo/plain/t-{uuid.uuid4().hex[:10]}"
+    rest = f"/admin/v2/persistent/{topic[len('persistent://') :]}"
+    _subscribe(b, topic)
+    _subscribe(a, topic)
+    ok(a, "POST", rest + "/replication", ["ca", "cb"])
+    client = _client(a)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"m0")
+        _wait(lambda: ok(a, "GET", rest + "/stats")["replication"]["cb"]["replicationBacklog"] == 0)
+        b.stop()
+        producer.send(b"m1")
+    finally:
+        client.close()
+    ok(a, "PUT", rest + "/unload")
+    b.start(same_ports=True)
+    # No client touches the topic on ca any more: its replicator still delivers m1.
+    assert [m.data() for m in _read_all(b, topic, 2)] == [b"m0", b"m1"]
+    # Nor after a restart of ca: it loads its replicated topics itself.
+    b.stop()
+    client = _client(a)
+    try:
+        client.create_producer(topic, batching_enabled=False).send(b"m2")
+    finally:
+        client.close()
+    a.restart()
+    b.start(same_ports=True)
+    assert [m.data() for m in _read_all(b, topic, 1)] == [b"m2"]
