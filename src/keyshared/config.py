@@ -44,6 +44,10 @@ NO_OP_KEYS: dict[str, str] = {
     "defaultNumPartitions": "auto-created topics are always non-partitioned",
     "activeConsumerFailoverDelayTimeMillis": "failover switches the active consumer at once",
     "statsUpdateFrequencyInSecs": "stats are computed when asked for",
+    "preciseTimeBasedBacklogQuotaCheck": "the time backlog quota is always checked precisely"
+    " (the oldest unacked entry's publish time)",
+    "brokerDeleteInactivePartitionedTopicMetadataEnabled": "a partitioned topic's metadata is"
+    " kept when its partitions are deleted as inactive",
 }
 """Known Pulsar keys this broker accepts and ignores, with the reason."""
 
@@ -162,6 +166,22 @@ class BrokerConfig:
     maxSubscriptionsPerTopic: int = 0
     maxTopicsPerNamespace: int = 0
     maxNumPartitionsPerPartitionedTopic: int = 0
+    # Backlog quotas (broker/backlog_quota.py): the default quota of every topic (-1 = none),
+    # what happens past it, and how often topics are checked. Namespace and topic policies
+    # (backlogQuotaMap) override the defaults per quota type.
+    backlogQuotaCheckEnabled: bool = True
+    backlogQuotaCheckIntervalInSeconds: int = 60
+    backlogQuotaDefaultLimitBytes: int = -1
+    # Deprecated in Pulsar; used only while backlogQuotaDefaultLimitBytes is not set (-1).
+    backlogQuotaDefaultLimitGB: float = -1.0
+    backlogQuotaDefaultLimitSecond: int = -1
+    backlogQuotaDefaultRetentionPolicy: str = "producer_request_hold"
+    # Inactive topics (broker/inactive_topics.py): deleted once unused this long. -1 for the
+    # duration means Pulsar's "not set": brokerDeleteInactiveTopicsFrequencySeconds applies.
+    brokerDeleteInactiveTopicsEnabled: bool = True
+    brokerDeleteInactiveTopicsFrequencySeconds: int = 60
+    brokerDeleteInactiveTopicsMode: str = "delete_when_no_subscriptions"
+    brokerDeleteInactiveTopicsMaxInactiveDurationSeconds: int = -1
     # --- dispatch ------------------------------------------------------------------------
     dispatcherMaxReadBatchSize: int = 100
     dispatcherMinReadBatchSize: int = 1
@@ -254,6 +274,9 @@ class BrokerConfig:
                 raise ConfigError(f"{key}: {exc}") from None
         if key == "schemaCompatibilityStrategy" and value not in _SCHEMA_STRATEGIES:
             raise ConfigError(f"{key}: expected one of {', '.join(_SCHEMA_STRATEGIES)}")
+        allowed = _CHOICES.get(key)
+        if allowed is not None and value not in allowed:
+            raise ConfigError(f"{key}: expected one of {', '.join(allowed)}, got {raw.strip()!r}")
         setattr(self, key, value)
         self.explicit_keys.add(key)
         return True
@@ -283,7 +306,6 @@ class BrokerConfig:
 _BOOKKEEPING = frozenset({"unknown_keys", "ignored_keys", "explicit_keys"})
 
 
-# Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).
 # Pulsar's SchemaCompatibilityStrategy values (broker/schema/compatibility.py applies them).
 SCHEMA_STRATEGIES = (
     "ALWAYS_INCOMPATIBLE",
@@ -297,10 +319,32 @@ SCHEMA_STRATEGIES = (
 )
 _SCHEMA_STRATEGIES = SCHEMA_STRATEGIES
 
+BACKLOG_QUOTA_RETENTION_POLICIES = (
+    "producer_request_hold",
+    "producer_exception",
+    "consumer_backlog_eviction",
+)
+"""Pulsar's ``BacklogQuota.RetentionPolicy`` values."""
+
+INACTIVE_TOPIC_DELETE_MODES = (
+    "delete_when_no_subscriptions",
+    "delete_when_subscriptions_caught_up",
+)
+"""Pulsar's ``InactiveTopicDeleteMode`` values."""
+
+# Settings that take one of a few names.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "backlogQuotaDefaultRetentionPolicy": BACKLOG_QUOTA_RETENTION_POLICIES,
+    "brokerDeleteInactiveTopicsMode": INACTIVE_TOPIC_DELETE_MODES,
+}
+
+# Settings whose zero or negative value has no meaning (Pulsar would fail to schedule it).
 _POSITIVE = frozenset(
     (
         "brokerDeduplicationMaxNumberOfProducers",
         "brokerDeduplicationProducerInactivityTimeoutMinutes",
+        "backlogQuotaCheckIntervalInSeconds",
+        "brokerDeleteInactiveTopicsFrequencySeconds",
     )
 )
 

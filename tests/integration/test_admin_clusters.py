@@ -133,20 +133,12 @@ def test_namespace_body_refuses_what_it_cannot_honour_by_name(broker: BrokerProc
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     ok(broker, "PUT", f"/admin/v2/tenants/{tenant}", {"allowedClusters": ["standalone"]})
     path = f"/admin/v2/namespaces/{tenant}/ns"
-    quota = {"destination_storage": {"limit": 10, "policy": "producer_request_hold"}}
     status, body = broker.admin(
-        "PUT",
-        path,
-        {
-            "backlog_quota_map": quota,
-            "encryption_required": True,
-            "allowed_clusters": ["standalone"],
-        },
+        "PUT", path, {"encryption_required": True, "allowed_clusters": ["standalone"]}
     )
     assert status == 501
     assert body["reason"] == (
-        "Namespace policies not implemented by keyshared: "
-        "allowed_clusters, backlog_quota_map, encryption_required"
+        "Namespace policies not implemented by keyshared: allowed_clusters, encryption_required"
     )
     status, body = broker.admin("PUT", path, {"replication_clusters": ["elsewhere"]})
     assert status == 412 and "elsewhere" in body["reason"]

@@ -13,11 +13,12 @@ pytestmark = pytest.mark.integration
 
 
 def test_unimplemented_admin_path_is_named(broker: BrokerProcess) -> None:
-    status, body = broker.admin("GET", "/admin/v2/namespaces/public/default/backlogQuotaMap")
+    # Tiered storage is not part of keyshared.
+    status, body = broker.admin("GET", "/admin/v2/namespaces/public/default/offloadPolicies")
     assert status == 404
     assert body == {
         "reason": "Not implemented by keyshared: GET "
-        "/admin/v2/namespaces/public/default/backlogQuotaMap"
+        "/admin/v2/namespaces/public/default/offloadPolicies"
     }
     status, body = broker.admin("POST", "/admin/v2/functions/public/default/f", {})
     assert status == 404 and "POST /admin/v2/functions/public/default/f" in body["reason"]

@@ -188,3 +188,31 @@ def test_dashboard_shows_ranges_draining_hashes_and_what_blocks_a_hash(
             c.close()
     finally:
         client.close()
+
+
+def test_dashboard_marks_a_topic_over_its_backlog_quota(
+    fresh_broker: BrokerProcess, browser: Chromium
+) -> None:
+    fresh_broker.conf["backlogQuotaDefaultLimitBytes"] = 2000
+    broker = fresh_broker.start()
+    over, under = "persistent://public/default/over", "persistent://public/default/under"
+    client = make_client(broker.service_url)
+    try:
+        for topic, size in ((over, 3000), (under, 10)):
+            client.subscribe(topic, "slow").close()
+            client.create_producer(topic).send(b"x" * size)
+        browser.goto(f"{broker.web_url}/")
+        browser.wait_for("document.body.dataset.loaded === 'true'")
+
+        def badge(topic: str) -> str:
+            return str(
+                browser.eval(
+                    f"(document.querySelector('article.topic[data-topic={json.dumps(topic)}] "
+                    ".over-quota') || {textContent: ''}).textContent"
+                )
+            )
+
+        _until("quota badge", lambda: badge(over), "over quota: size")
+        assert badge(under) == ""
+    finally:
+        client.close()

@@ -61,7 +61,24 @@ def test_every_policy_defaults_to_a_broker_setting(tmp_path: Path) -> None:
     policies = service(tmp_path)
     config = BrokerConfig()
     for name, policy in POLICIES.items():
+        if not policy.broker_key:
+            # A structured policy: its owning module builds the broker default.
+            assert policies.effective(TOPIC, name) is None, name
+            continue
         assert policies.effective(TOPIC, name) == getattr(config, policy.broker_key), name
+
+
+def test_map_policy_entries_resolve_one_by_one(tmp_path: Path) -> None:
+    policies = service(tmp_path)
+    size = {"limitSize": 10, "limitTime": -1, "policy": "producer_exception"}
+    age = {"limitSize": -1, "limitTime": 5, "policy": "producer_request_hold"}
+    assert policies.effective_entry(TOPIC, "backlogQuotaMap", "message_age") is None
+    policies.update_namespace("public/default", {"backlogQuotaMap": {"destination_storage": size}})
+    policies.update_topic(TOPIC.full, {"backlogQuotaMap": {"message_age": age}})
+    # The topic's entry for one type, the namespace's for the other.
+    assert policies.effective_entry(TOPIC, "backlogQuotaMap", "message_age") == age
+    assert policies.effective_entry(TOPIC, "backlogQuotaMap", "destination_storage") == size
+    assert policies.topic(TOPIC.full) == {"backLogQuotaMap": {"message_age": age}}
 
 
 def test_every_change_reaches_the_listeners(tmp_path: Path) -> None:
@@ -74,3 +91,17 @@ def test_every_change_reaches_the_listeners(tmp_path: Path) -> None:
     policies.delete_namespace("public/default")
     assert len(seen) == 4 and seen == sorted(set(seen))
     assert not policies.namespace_exists("public/default")
+
+
+def test_a_partitioned_topics_policy_reaches_its_partitions(tmp_path: Path) -> None:
+    policies = service(tmp_path)
+    base = TopicName.parse("persistent://public/default/p")
+    part = base.partition(1)
+    policies.update_topic(base.full, {"maxProducersPerTopic": 3})
+    quota = {"limitSize": 10, "limitTime": -1, "policy": "producer_exception"}
+    policies.update_topic(base.full, {"backlogQuotaMap": {"destination_storage": quota}})
+    assert policies.effective(part, "maxProducersPerTopic") == 3
+    assert policies.effective_entry(part, "backlogQuotaMap", "destination_storage") == quota
+    # The partition's own policy, where set, comes first.
+    policies.update_topic(part.full, {"maxProducersPerTopic": 5})
+    assert policies.effective(part, "maxProducersPerTopic") == 5

@@ -3,8 +3,8 @@
 The page (``admin/assets``: plain HTML, CSS and JavaScript, no build step, nothing from another
 host) polls ``GET /dashboard/api/overview`` about once a second and draws topics, subscriptions,
 consumers, backlog and rates; for each Key_Shared subscription, the hash space with each
-consumer's ranges and the draining hashes; a topic's latest schema (type and version, the
-definition on hover). A click on a hash asks the admin API's
+consumer's ranges and the draining hashes; a topic over its backlog quota; a topic's latest
+schema (type and version, the definition on hover). A click on a hash asks the admin API's
 ``.../subscription/{sub}/hashBlockers?hash=H`` what blocks it.
 
 The snapshot is the admin stats (same field names) of every loaded topic, with what the stats
@@ -70,6 +70,8 @@ def overview(service: BrokerService) -> dict[str, Any]:
         st["namespace"] = topic.name.namespace_name
         st["subscriptions"] = subs
         st["msgBacklog"] = sum(s["msgBacklog"] for s in subs)
+        # The quota types exceeded now (the page marks the topic).
+        st["backlogQuotaExceeded"] = topic.backlog_quota.exceeded()
         schema = service.schemas.get(topic.name)
         st["schema"] = (
             None

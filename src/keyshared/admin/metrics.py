@@ -31,6 +31,7 @@ from prometheus_client import (
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from keyshared.broker.backlog_quota import METRIC_QUOTA_TYPE
 from keyshared.broker.nonpersistent_topic import NonPersistentTopic
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic import PersistentTopic
@@ -52,7 +53,24 @@ _TOPIC_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("pulsar_storage_offloaded_size", "offloadedStorageSize", "Bytes offloaded to tiered storage"),
     ("pulsar_in_bytes_total", "bytesInCounter", "Bytes published since the topic was loaded"),
     ("pulsar_in_messages_total", "msgInCounter", "Messages published since the topic was loaded"),
+    (
+        "pulsar_storage_backlog_quota_limit",
+        "backlogQuotaLimitSize",
+        "The topic's size backlog quota in bytes (-1: none)",
+    ),
+    (
+        "pulsar_storage_backlog_quota_limit_time",
+        "backlogQuotaLimitTime",
+        "The topic's time backlog quota in seconds (-1: none)",
+    ),
+    (
+        "pulsar_storage_backlog_age_seconds",
+        "oldestBacklogMessageAgeSeconds",
+        "Age of the oldest unacknowledged message, at the last backlog quota check",
+    ),
 )
+_EVICTIONS = "pulsar_storage_backlog_quota_exceeded_evictions_total"
+_EVICTIONS_DOC = "Times the backlog was evicted for exceeding its quota, by quota_type"
 
 # Per remote cluster (label ``remote_cluster``), from the topic stats' ``replication`` section.
 _REPLICATION_GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -229,6 +247,7 @@ class BrokerCollector(Collector):
         producers_on = cfg.exposeProducerLevelMetricsInPrometheus
         fam = _Families()
         topics_per_ns: dict[str, int] = {}
+        evictions: dict[str, int] = {}
         service = self.service
         loaded: list[PersistentTopic | NonPersistentTopic] = [
             *service.topics.values(),
@@ -251,6 +270,11 @@ class BrokerCollector(Collector):
                 "Consumers of all subscriptions",
             )
             fam.add_all(_TOPIC_GAUGES, stats, labels)
+            if isinstance(topic, PersistentTopic):
+                for quota_type, n in topic.backlog_quota.evictions.items():
+                    kind = METRIC_QUOTA_TYPE[quota_type]
+                    fam.add(_EVICTIONS, labels | {"quota_type": kind}, n, _EVICTIONS_DOC)
+                    evictions[kind] = evictions.get(kind, 0) + n
             fam.add(
                 "pulsar_msg_backlog",
                 labels,
@@ -300,6 +324,9 @@ class BrokerCollector(Collector):
             0 if disk.read_only else 1,
             "1 while new entries are written, 0 while the data directory is full (read-only)",
         )
+        for kind, n in sorted(evictions.items()):
+            name = "pulsar_broker_" + _EVICTIONS[len("pulsar_") :]
+            fam.add(name, base | {"quota_type": kind}, n, _EVICTIONS_DOC)
         for source in service.broker_gauges:
             for name, value, doc in source():
                 fam.add(name, base, value, doc)

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from keyshared.admin.rest import Int64, RestError
+from keyshared.broker import backlog_quota, inactive_topics
 from keyshared.broker.sub_types import parse_types
 from keyshared.config import SCHEMA_STRATEGIES
 
@@ -26,6 +27,8 @@ COMPACTION_THRESHOLD = "compaction_threshold"
 SCHEMA_STRATEGY = "schema_compatibility_strategy"
 SCHEMA_AUTO_UPDATE = "is_allow_auto_update_schema"
 SCHEMA_VALIDATION = "schema_validation_enforced"
+BACKLOG_QUOTA_MAP = "backlog_quota_map"
+INACTIVE_TOPIC_POLICIES = "inactive_topic_policies"
 
 
 class RetentionPolicies(BaseModel):
@@ -196,7 +199,33 @@ class NamespacePolicies:
             value = self._get(flag, bool)
             if value is not None:
                 out[flag] = value
+        quotas = self._get(BACKLOG_QUOTA_MAP, dict)
+        if quotas:
+            out[BACKLOG_QUOTA_MAP] = _quota_map(quotas)
+        inactive = self._get(INACTIVE_TOPIC_POLICIES, dict)
+        if inactive is not None:
+            try:
+                inactive_policy = inactive_topics.InactiveTopicPolicies.from_json(inactive)
+            except inactive_topics.InactivePolicyError as exc:
+                raise RestError(
+                    400, f"Invalid value for Policies field {INACTIVE_TOPIC_POLICIES}: {exc}"
+                ) from None
+            out[INACTIVE_TOPIC_POLICIES] = inactive_policy.to_json()
         return out
+
+
+def _quota_map(quotas: dict[str, Any]) -> dict[str, Any]:
+    """A ``backlog_quota_map`` checked (400 naming what is wrong), as stored."""
+    out: dict[str, Any] = {}
+    for kind, body in quotas.items():
+        try:
+            backlog_quota.check_quota_type(kind)
+            out[kind] = backlog_quota.BacklogQuota.from_json(body).to_json()
+        except backlog_quota.QuotaError as exc:
+            raise RestError(
+                400, f"Invalid value for Policies field {BACKLOG_QUOTA_MAP}: {exc}"
+            ) from None
+    return out
 
 
 # Pulsar's Policies fields of the limits (broker/limits.py), by policy name.
@@ -222,6 +251,8 @@ _HANDLED = frozenset(
         SCHEMA_STRATEGY,
         SCHEMA_AUTO_UPDATE,
         SCHEMA_VALIDATION,
+        BACKLOG_QUOTA_MAP,
+        INACTIVE_TOPIC_POLICIES,
     }
 )
 
@@ -265,5 +296,7 @@ def namespace_view(
         SCHEMA_AUTO_UPDATE: policies.get(SCHEMA_AUTO_UPDATE),
         SCHEMA_VALIDATION: bool(policies.get(SCHEMA_VALIDATION)),
         **{field: policies.get(field) for field in LIMIT_FIELDS},
+        BACKLOG_QUOTA_MAP: policies.get(BACKLOG_QUOTA_MAP) or {},
+        INACTIVE_TOPIC_POLICIES: policies.get(INACTIVE_TOPIC_POLICIES),
         "deleted": False,
     }

@@ -26,9 +26,11 @@ from keyshared.admin.policy_models import (
     retention_of,
 )
 from keyshared.admin.rest import Resolver, RestError, check_name, no_content
+from keyshared.admin.routes_quotas import check_retention_fits
 from keyshared.admin.routes_replication import check_replication_clusters as check_clusters
 from keyshared.admin.routes_tenants import delete_namespace_data
 from keyshared.admin.topic_ops import unload_topic
+from keyshared.broker.backlog_quota import POLICY_NAME as BACKLOG_QUOTAS
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
 
@@ -178,6 +180,12 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         """Set the namespace's retention (time in minutes, size in MB; -1 = unlimited)."""
         ns = resolve.namespace(tenant, namespace)
         retention.validate_pulsar()
+        check_retention_fits(
+            store.namespace_value(ns, BACKLOG_QUOTAS),
+            retention.retentionTimeInMinutes,
+            retention.retentionSizeInMB,
+            "namespace",
+        )
         store.update_namespace(
             ns,
             {

@@ -31,7 +31,9 @@ from keyshared.admin.rest import (
     message_id_json,
     no_content,
 )
+from keyshared.admin.routes_quotas import check_retention_fits
 from keyshared.admin.topic_ops import unload_topic
+from keyshared.broker.backlog_quota import POLICY_NAME as BACKLOG_QUOTAS
 from keyshared.broker.errors import BrokerError
 from keyshared.broker.replication import merge_replication_stats
 from keyshared.broker.service import BrokerService
@@ -253,6 +255,12 @@ def topic_routes(service: BrokerService) -> APIRouter:
         """Set the topic's retention (over the namespace's)."""
         name, _ = topic_policy(tenant, namespace, topic)
         retention.validate_pulsar()
+        check_retention_fits(
+            store.topic_value(name.full, BACKLOG_QUOTAS),
+            retention.retentionTimeInMinutes,
+            retention.retentionSizeInMB,
+            "topic",
+        )
         set_topic(
             name,
             **{

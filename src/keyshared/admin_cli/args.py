@@ -43,9 +43,8 @@ def namespace_path(namespace: str, *rest: str, prefix: str = "namespaces") -> st
     return "/".join([f"/admin/v2/{prefix}", seg(parts[0]), seg(parts[1]), *rest])
 
 
-def parse_size_mb(text: str) -> int:
-    """pulsar-admin's retention size: bytes with an optional k/M/G/T suffix, -1 for no limit;
-    returned in MB as ``RetentionPolicies`` wants it."""
+def parse_size_bytes(text: str) -> int:
+    """pulsar-admin's size: bytes with an optional k/M/G/T suffix, -1 for no limit."""
     m = _SIZE.match(text.strip())
     if not m:
         raise typer.BadParameter(f"invalid size {text!r} (e.g. 4096, 10M, 16G, -1)")
@@ -54,7 +53,14 @@ def parse_size_mb(text: str) -> int:
         return -1
     if value < 0:
         raise typer.BadParameter("size must be -1 or >= 0")
-    return value * _SIZE_UNITS[m.group(2).lower()] // (1 << 20)
+    return value * _SIZE_UNITS[m.group(2).lower()]
+
+
+def parse_size_mb(text: str) -> int:
+    """pulsar-admin's retention size (see :func:`parse_size_bytes`), in MB as
+    ``RetentionPolicies`` wants it."""
+    value = parse_size_bytes(text)
+    return -1 if value == -1 else value // (1 << 20)
 
 
 def parse_seconds(text: str) -> int:

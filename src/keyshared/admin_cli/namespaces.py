@@ -13,6 +13,7 @@ from keyshared.admin_cli.args import (
     seg,
 )
 from keyshared.admin_cli.http import AdminHttp
+from keyshared.admin_cli.quotas import add_commands as add_quota_commands
 
 app = typer.Typer(help="Operations about namespaces.", no_args_is_help=True)
 
@@ -215,3 +216,7 @@ def revoke_permission(
     """Revoke every permission of a role on the namespace."""
     http: AdminHttp = ctx.obj
     http.call("DELETE", namespace_path(namespace, "permissions", seg(role)))
+
+
+# --- backlog quotas and inactive topic policies (admin_cli/quotas.py) -------------------
+add_quota_commands(app, namespace_path, "tenant/namespace", applied=False)

@@ -17,6 +17,7 @@ from keyshared.admin_cli.args import (
 )
 from keyshared.admin_cli.http import AdminError, AdminHttp
 from keyshared.admin_cli.messages import decode_messages
+from keyshared.admin_cli.quotas import add_commands as add_quota_commands
 
 app = typer.Typer(help="Operations about topics.", no_args_is_help=True)
 
@@ -368,3 +369,7 @@ def remove_message_ttl(ctx: typer.Context, topic: str = TOPIC) -> None:
     """Remove the message TTL of a topic."""
     http: AdminHttp = ctx.obj
     http.call("DELETE", topic_path(topic, "messageTTL"))
+
+
+# --- backlog quotas and inactive topic policies (admin_cli/quotas.py) -------------------
+add_quota_commands(app, topic_path, "persistent://tenant/namespace/topic", applied=True)

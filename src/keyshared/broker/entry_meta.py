@@ -77,6 +77,11 @@ class EntryMetaCache:
         cached = self._cache.get(position)
         return cached[0] if cached is not None else None
 
+    def publish_time(self, position: Position) -> int | None:
+        """The publish time (epoch ms) of the entry at ``position``, if cached."""
+        cached = self._cache.get(position)
+        return cached[2] if cached is not None else None
+
     def clear(self) -> None:
         """Forget everything (topic deleted)."""
         self._cache.clear()

@@ -41,7 +41,9 @@ class Policy:
     topic_field: str
     """Its field in the stored topic policies."""
     broker_key: str
-    """The ``broker.conf`` key whose value applies when neither level sets it."""
+    """The ``broker.conf`` key whose value applies when neither level sets it; empty for a
+    structured policy built from several keys (its owning module builds the broker default:
+    :meth:`PolicyService.effective` answers None at that level)."""
     empty_is_unset: bool = False
     """An empty value (list) means "not set", as Pulsar treats ``subscription_types_enabled``."""
     unset_value: Any = None
@@ -106,11 +108,21 @@ POLICIES: dict[str, Policy] = {
     "maxTopicsPerNamespace": Policy(
         "max_topics_per_namespace", "maxTopicsPerNamespace", "maxTopicsPerNamespace"
     ),
+    # --- backlog quotas and inactive topics (broker/backlog_quota.py,
+    # broker/inactive_topics.py). Structured policies: their broker defaults come from several
+    # broker.conf keys, built by those modules. The quota map (quota type -> BacklogQuota
+    # JSON) resolves per type (PolicyService.effective_entry), as Pulsar merges it; Pulsar
+    # spells the topic field ``backLogQuotaMap``. InactiveTopicPolicies resolve whole.
+    "backlogQuotaMap": Policy("backlog_quota_map", "backLogQuotaMap", "", empty_is_unset=True),
+    "inactiveTopicPolicies": Policy("inactive_topic_policies", "inactiveTopicPolicies", ""),
+    # --- end of backlog quotas and inactive topics
 }
 """Every policy the broker resolves, by the name callers use."""
 
-POLICY_DEFAULTS: dict[str, str] = {name: p.broker_key for name, p in POLICIES.items()}
-"""Policy name -> the ``broker.conf`` key of its default."""
+POLICY_DEFAULTS: dict[str, str] = {
+    name: p.broker_key for name, p in POLICIES.items() if p.broker_key
+}
+"""Policy name -> the ``broker.conf`` key of its default (structured policies have none)."""
 
 
 class PolicyService:
@@ -137,13 +149,36 @@ class PolicyService:
         """Policy ``name`` in force on ``topic``: topic policy, else namespace policy, else the
         broker setting."""
         policy = POLICIES[name]
-        value = self.topic(topic.full).get(policy.topic_field)
-        if policy.is_set(value):
-            return value
+        for level in self._topic_levels(topic):
+            value = level.get(policy.topic_field)
+            if policy.is_set(value):
+                return value
         value = (self.namespace(topic.namespace_name) or {}).get(policy.namespace_field)
         if policy.is_set(value):
             return value
-        return getattr(self.config, policy.broker_key)
+        return getattr(self.config, policy.broker_key) if policy.broker_key else None
+
+    def _topic_levels(self, topic: TopicName) -> list[dict[str, Any]]:
+        """The topic policies that apply to ``topic``: its own, then, for a partition, its
+        partitioned topic's (Pulsar keeps topic policies under the partitioned topic's name,
+        so a policy set on a partitioned topic reaches every partition)."""
+        levels = [self.topic(topic.full)]
+        if topic.partition_index >= 0:
+            levels.append(self.topic(topic.partitioned_base.full))
+        return levels
+
+    def effective_entry(self, topic: TopicName, name: str, key: str) -> Any:
+        """For a map policy (``backlogQuotaMap``: quota type -> quota), the entry ``key`` in
+        force on ``topic``: the topic's entry, else the namespace's, else None (the owning
+        module applies the broker default). Pulsar resolves its backlog quotas per type this
+        way, so a topic may set a time quota and inherit the namespace's size quota."""
+        policy = POLICIES[name]
+        maps = [level.get(policy.topic_field) for level in self._topic_levels(topic)]
+        maps.append((self.namespace(topic.namespace_name) or {}).get(policy.namespace_field))
+        for found in maps:
+            if isinstance(found, dict) and found.get(key) is not None:
+                return found[key]
+        return None
 
     def namespace_effective(self, namespace: str, name: str) -> Any:
         """Policy ``name`` in force on ``namespace``: its own value, else the broker setting."""

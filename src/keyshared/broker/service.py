@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from keyshared.broker import limits
+from keyshared.broker import backlog_quota, inactive_topics, limits
 from keyshared.broker.clusters import ClusterRegistry
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
 from keyshared.broker.errors import BrokerError, ServerError
@@ -294,8 +294,13 @@ class BrokerService:
         self.schemas.delete(name)
 
     def start_background_tasks(self) -> None:
-        """Start the periodic work: persisting changed cursor state."""
-        self._flush_task = asyncio.ensure_future(self._flush_loop())
+        """Start the periodic work: persisting changed cursor state; the backlog quota check
+        and inactive-topic deletion when enabled (as Pulsar schedules them)."""
+        self._tasks = [asyncio.ensure_future(self._flush_loop())]
+        if self.config.backlogQuotaCheckEnabled:
+            self._tasks.append(asyncio.ensure_future(backlog_quota.monitor(self)))
+        if self.config.brokerDeleteInactiveTopicsEnabled:
+            self._tasks.append(asyncio.ensure_future(inactive_topics.monitor(self)))
         self.load_replicated_topics()
         for topic in self.topics.values():
             topic.replication.start()
@@ -330,8 +335,7 @@ class BrokerService:
 
     async def close(self) -> None:
         """Close every topic, persisting cursor state."""
-        task = getattr(self, "_flush_task", None)
-        if task is not None:
+        for task in getattr(self, "_tasks", []):
             task.cancel()
         for topic in list(self.topics.values()):
             try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from keyshared.broker import limits
+from keyshared.broker.backlog_quota import TopicBacklogQuota
 from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dedup import Deduplication
@@ -161,6 +162,9 @@ class PersistentTopic:
         self._restore_subscriptions()
         self.compactor = Compactor(self)
         self.replication = TopicReplication(self)
+        self.backlog_quota = TopicBacklogQuota(self)
+        # When the topic was last seen in use (monotonic), for inactive-topic deletion.
+        self.last_active = time.monotonic()
 
     # --- subscriptions on disk -----------------------------------------------------------
     def _sub_key(self, sub: str) -> str:
@@ -207,6 +211,7 @@ class PersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         limits.check_producers(self.service.policies, self.name, len(self.producers))
+        self.backlog_quota.check_producer()
         disk = self.service.storage.disk
         if not disk.writable():
             # Retryable for the clients: they try again with a growing back-off.
@@ -600,8 +605,12 @@ class PersistentTopic:
         """Message TTL: entries older than ``message_ttl_in_seconds`` are acked on every durable
         subscription (Pulsar's expiry monitor, which moves the mark-delete position)."""
         ttl = int(self.policy("message_ttl_in_seconds"))
-        if ttl <= 0:
-            return
+        if ttl > 0:
+            await self.expire_older_than(ttl)
+
+    async def expire_older_than(self, seconds: int) -> None:
+        """Ack, on every durable subscription, the entries published more than ``seconds``
+        ago (message TTL, and the backlog quota's eviction by age)."""
         # The compaction cursor is not a consumer: its data must reach compaction (as Pulsar).
         subs = [
             s
@@ -610,7 +619,7 @@ class PersistentTopic:
         ]
         if not subs or self.ledger.last_add_confirmed.entry_id < 0:
             return
-        cutoff = int(time.time() * 1000) - ttl * 1000
+        cutoff = int(time.time() * 1000) - seconds * 1000
         first_live = await self.find_position_by_time(cutoff + 1)
         last_expired = self.ledger.previous_position(first_live)
         if last_expired.entry_id < 0:
@@ -654,7 +663,7 @@ class PersistentTopic:
         """TopicStats with Pulsar's field names."""
         publishers = [producer_stats(p) for p in self.producers.values()]
         subs = {name: s.stats() for name, s in self.subscriptions.items()}
-        backlog_size = self.ledger.total_size
+        backlog_size = self.backlog_quota.backlog_size()
         rate_in, throughput_in = self.rates_in.rates(self.msg_in_counter, self.bytes_in_counter)
         return {
             "msgRateIn": rate_in,
@@ -686,6 +695,7 @@ class PersistentTopic:
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
             "topicCreationTimeStamp": 0,
             "lastPublishTimeStamp": 0,
+            **self.backlog_quota.stats(),
         }
 
     def internal_stats(self) -> dict[str, Any]:

@@ -1,789 +1,110 @@
-"""Builders for every command keyshared sends, and for the client commands tests and fuzzers send.
+"""Every command builder, by one name: ``from keyshared.protocol import commands``.
 
-Each builder takes keyword arguments and returns the complete frame as bytes. Required fields are
-always set, even when zero: proto2 presence matters to the Pulsar client, which drops the
-connection on a command missing a required field. Ledger and entry ids may be given as signed
-values (-1 means "none"); they travel as uint64.
-
-For the per-message hot paths use :func:`keyshared.protocol.encode.encode_message` and
-:func:`keyshared.protocol.encode.encode_send_receipt`; :func:`message_frame` and
-:func:`send_receipt` here are the protobuf-built reference versions.
+The builders live with their direction: :mod:`~keyshared.protocol.broker_commands` (what the
+broker sends), :mod:`~keyshared.protocol.client_commands` (what clients send: tests, fuzzers,
+benchmarks, the replicator) and :mod:`~keyshared.protocol.message_ids`. Each takes keyword
+arguments and returns the complete frame as bytes; ledger and entry ids may be given as signed
+values (-1 means "none") and travel as uint64.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import cast
-
-from keyshared import __version__
-from keyshared.protocol import pulsar_api_pb2 as pb
-from keyshared.protocol.checksum import Bytes
-from keyshared.protocol.constants import DEFAULT_MAX_MESSAGE_SIZE, PROTOCOL_VERSION, UINT64_MASK
-from keyshared.protocol.encode import encode_command, encode_payload_command, to_int64
-from keyshared.protocol.metadata import encode_payload_section
-
-SERVER_VERSION = f"keyshared-{__version__}"
-"""Default ``server_version`` in CONNECTED and AUTH_CHALLENGE."""
-
-CLIENT_VERSION = "Pulsar-CPP-v4.2.0"
-"""Default ``client_version`` of the test-side CONNECT (what pulsar-client 3.13 sends)."""
-
-_MAX_SERVER_ERROR = 25
-
-_T = pb.BaseCommand
-
-
-def server_error(code: int) -> pb.ServerError:
-    """``code`` as a ``ServerError``, refusing values the client cannot parse (outside 0..25)."""
-    if not 0 <= code <= _MAX_SERVER_ERROR:
-        raise ValueError(f"ServerError {code} is outside 0..{_MAX_SERVER_ERROR}")
-    return cast(pb.ServerError, code)
-
-
-# --------------------------------------------------------------------------------------------
-# Message ids
-# --------------------------------------------------------------------------------------------
-
-
-def message_id(
-    ledger_id: int,
-    entry_id: int,
-    *,
-    partition: int = -1,
-    batch_index: int = -1,
-    ack_set: Iterable[int] | None = None,
-    batch_size: int | None = None,
-) -> pb.MessageIdData:
-    """A ``MessageIdData``; negative ledger/entry ids become uint64, -1 partition/index are left out."""
-    mid = pb.MessageIdData(ledgerId=ledger_id & UINT64_MASK, entryId=entry_id & UINT64_MASK)
-    if partition >= 0:
-        mid.partition = partition
-    if batch_index >= 0:
-        mid.batch_index = batch_index
-    if ack_set:
-        mid.ack_set.extend(ack_set)
-    if batch_size is not None:
-        mid.batch_size = batch_size
-    return mid
-
-
-def position_of(mid: pb.MessageIdData) -> tuple[int, int]:
-    """``(ledger_id, entry_id)`` of a message id, decoded as signed (uint64 max becomes -1)."""
-    return to_int64(mid.ledgerId), to_int64(mid.entryId)
-
-
-def _copy_id(target: pb.MessageIdData, source: pb.MessageIdData) -> None:
-    target.CopyFrom(source)
-
-
-# --------------------------------------------------------------------------------------------
-# Broker to client
-# --------------------------------------------------------------------------------------------
-
-
-def connected(
-    *,
-    server_version: str = SERVER_VERSION,
-    protocol_version: int = PROTOCOL_VERSION,
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-    feature_flags: pb.FeatureFlags | None = None,
-) -> bytes:
-    """CONNECTED: handshake answer; the client stores ``max_message_size`` process-wide."""
-    cmd = pb.BaseCommand(type=_T.CONNECTED)
-    sub = cmd.connected
-    sub.server_version = server_version
-    sub.protocol_version = protocol_version
-    sub.max_message_size = max_message_size
-    if feature_flags is not None:
-        sub.feature_flags.CopyFrom(feature_flags)
-    return encode_command(cmd)
-
-
-def success(*, request_id: int, schema: pb.Schema | None = None) -> bytes:
-    """SUCCESS for a request (SUBSCRIBE, CLOSE_*, UNSUBSCRIBE, SEEK...)."""
-    cmd = pb.BaseCommand(type=_T.SUCCESS)
-    sub = cmd.success
-    sub.request_id = request_id
-    if schema is not None:
-        sub.schema.CopyFrom(schema)
-    return encode_command(cmd)
-
-
-def error(*, request_id: int, error: int, message: str) -> bytes:
-    """ERROR for a failed request; ``request_id`` -1 (e.g. auth failure) goes out as uint64 max."""
-    cmd = pb.BaseCommand(type=_T.ERROR)
-    sub = cmd.error
-    sub.request_id = request_id & UINT64_MASK
-    sub.error = server_error(error)
-    sub.message = message
-    return encode_command(cmd)
-
-
-def partitioned_metadata_response(*, request_id: int, partitions: int) -> bytes:
-    """PARTITIONED_METADATA_RESPONSE Success with the partition count (0 = not partitioned)."""
-    cmd = pb.BaseCommand(type=_T.PARTITIONED_METADATA_RESPONSE)
-    sub = cmd.partitionMetadataResponse
-    sub.partitions = partitions
-    sub.request_id = request_id
-    sub.response = pb.CommandPartitionedTopicMetadataResponse.Success
-    return encode_command(cmd)
-
-
-def partitioned_metadata_failed(*, request_id: int, error: int, message: str) -> bytes:
-    """PARTITIONED_METADATA_RESPONSE Failed (an ERROR would be ignored by the client)."""
-    cmd = pb.BaseCommand(type=_T.PARTITIONED_METADATA_RESPONSE)
-    sub = cmd.partitionMetadataResponse
-    sub.request_id = request_id
-    sub.response = pb.CommandPartitionedTopicMetadataResponse.Failed
-    sub.error = server_error(error)
-    sub.message = message
-    return encode_command(cmd)
-
-
-def lookup_response(
-    *,
-    request_id: int,
-    broker_service_url: str,
-    broker_service_url_tls: str | None = None,
-    authoritative: bool = True,
-    redirect: bool = False,
-    proxy_through_service_url: bool | None = None,
-) -> bytes:
-    """LOOKUP_RESPONSE Connect (or Redirect); TLS clients need ``broker_service_url_tls``."""
-    cmd = pb.BaseCommand(type=_T.LOOKUP_RESPONSE)
-    sub = cmd.lookupTopicResponse
-    sub.brokerServiceUrl = broker_service_url
-    if broker_service_url_tls is not None:
-        sub.brokerServiceUrlTls = broker_service_url_tls
-    sub.response = (
-        pb.CommandLookupTopicResponse.Redirect
-        if redirect
-        else pb.CommandLookupTopicResponse.Connect
-    )
-    sub.request_id = request_id
-    sub.authoritative = authoritative
-    if proxy_through_service_url is not None:
-        sub.proxy_through_service_url = proxy_through_service_url
-    return encode_command(cmd)
-
-
-def lookup_failed(*, request_id: int, error: int, message: str) -> bytes:
-    """LOOKUP_RESPONSE Failed (an ERROR would be ignored by the client)."""
-    cmd = pb.BaseCommand(type=_T.LOOKUP_RESPONSE)
-    sub = cmd.lookupTopicResponse
-    sub.response = pb.CommandLookupTopicResponse.Failed
-    sub.request_id = request_id
-    sub.error = server_error(error)
-    sub.message = message
-    return encode_command(cmd)
-
-
-def producer_success(
-    *,
-    request_id: int,
-    producer_name: str,
-    last_sequence_id: int = -1,
-    schema_version: bytes | None = None,
-    topic_epoch: int | None = None,
-    producer_ready: bool = True,
-) -> bytes:
-    """PRODUCER_SUCCESS; ``last_sequence_id`` -1 means no message persisted for this name."""
-    cmd = pb.BaseCommand(type=_T.PRODUCER_SUCCESS)
-    sub = cmd.producer_success
-    sub.request_id = request_id
-    sub.producer_name = producer_name
-    sub.last_sequence_id = last_sequence_id
-    if schema_version is not None:
-        sub.schema_version = schema_version
-    if topic_epoch is not None:
-        sub.topic_epoch = topic_epoch
-    sub.producer_ready = producer_ready
-    return encode_command(cmd)
-
-
-def send_receipt(
-    *,
-    producer_id: int,
-    sequence_id: int,
-    ledger_id: int,
-    entry_id: int,
-    highest_sequence_id: int | None = None,
-) -> bytes:
-    """SEND_RECEIPT built with protobuf (reference for ``encode.encode_send_receipt``)."""
-    cmd = pb.BaseCommand(type=_T.SEND_RECEIPT)
-    sub = cmd.send_receipt
-    sub.producer_id = producer_id
-    sub.sequence_id = sequence_id & UINT64_MASK
-    _copy_id(sub.message_id, message_id(ledger_id, entry_id))
-    if highest_sequence_id is not None:
-        sub.highest_sequence_id = highest_sequence_id & UINT64_MASK
-    return encode_command(cmd)
-
-
-def send_error(*, producer_id: int, sequence_id: int, error: int, message: str) -> bytes:
-    """SEND_ERROR; only ChecksumError keeps the client's connection, others make it reconnect."""
-    cmd = pb.BaseCommand(type=_T.SEND_ERROR)
-    sub = cmd.send_error
-    sub.producer_id = producer_id
-    sub.sequence_id = sequence_id & UINT64_MASK
-    sub.error = server_error(error)
-    sub.message = message
-    return encode_command(cmd)
-
-
-def message_frame(
-    *,
-    consumer_id: int,
-    ledger_id: int,
-    entry_id: int,
-    payload: Bytes,
-    checksum: int | None = None,
-    redelivery_count: int = 0,
-    partition: int = -1,
-    ack_set: Sequence[int] | None = None,
-    with_checksum: bool = True,
-) -> bytes:
-    """MESSAGE built with protobuf (reference for ``encode.encode_message``).
-
-    ``with_checksum=False`` leaves out magic and CRC, which clients also accept.
-    """
-    cmd = pb.BaseCommand(type=_T.MESSAGE)
-    sub = cmd.message
-    sub.consumer_id = consumer_id
-    _copy_id(sub.message_id, message_id(ledger_id, entry_id, partition=partition))
-    if redelivery_count:
-        sub.redelivery_count = redelivery_count
-    if ack_set:
-        sub.ack_set.extend(ack_set)
-    return encode_payload_command(cmd, payload, checksum, with_checksum=with_checksum)
-
-
-def close_producer(
-    *,
-    producer_id: int,
-    request_id: int,
-    assigned_broker_service_url: str | None = None,
-    assigned_broker_service_url_tls: str | None = None,
-) -> bytes:
-    """CLOSE_PRODUCER, either direction (the broker's makes the client re-create the producer)."""
-    cmd = pb.BaseCommand(type=_T.CLOSE_PRODUCER)
-    sub = cmd.close_producer
-    sub.producer_id = producer_id
-    sub.request_id = request_id
-    if assigned_broker_service_url is not None:
-        sub.assignedBrokerServiceUrl = assigned_broker_service_url
-    if assigned_broker_service_url_tls is not None:
-        sub.assignedBrokerServiceUrlTls = assigned_broker_service_url_tls
-    return encode_command(cmd)
-
-
-def close_consumer(
-    *,
-    consumer_id: int,
-    request_id: int,
-    assigned_broker_service_url: str | None = None,
-    assigned_broker_service_url_tls: str | None = None,
-) -> bytes:
-    """CLOSE_CONSUMER, either direction (the broker's makes the client re-subscribe)."""
-    cmd = pb.BaseCommand(type=_T.CLOSE_CONSUMER)
-    sub = cmd.close_consumer
-    sub.consumer_id = consumer_id
-    sub.request_id = request_id
-    if assigned_broker_service_url is not None:
-        sub.assignedBrokerServiceUrl = assigned_broker_service_url
-    if assigned_broker_service_url_tls is not None:
-        sub.assignedBrokerServiceUrlTls = assigned_broker_service_url_tls
-    return encode_command(cmd)
-
-
-def ping() -> bytes:
-    """PING (with its empty sub-message, as Pulsar sends it)."""
-    cmd = pb.BaseCommand(type=_T.PING)
-    cmd.ping.SetInParent()
-    return encode_command(cmd)
-
-
-def pong() -> bytes:
-    """PONG (with its empty sub-message)."""
-    cmd = pb.BaseCommand(type=_T.PONG)
-    cmd.pong.SetInParent()
-    return encode_command(cmd)
-
-
-def active_consumer_change(*, consumer_id: int, is_active: bool) -> bytes:
-    """ACTIVE_CONSUMER_CHANGE for Failover/Exclusive subscriptions."""
-    cmd = pb.BaseCommand(type=_T.ACTIVE_CONSUMER_CHANGE)
-    sub = cmd.active_consumer_change
-    sub.consumer_id = consumer_id
-    sub.is_active = is_active
-    return encode_command(cmd)
-
-
-def get_last_message_id_response(
-    *,
-    request_id: int,
-    last_message_id: pb.MessageIdData,
-    consumer_mark_delete_position: pb.MessageIdData | None = None,
-) -> bytes:
-    """GET_LAST_MESSAGE_ID_RESPONSE; build the ids with :func:`message_id`."""
-    cmd = pb.BaseCommand(type=_T.GET_LAST_MESSAGE_ID_RESPONSE)
-    sub = cmd.getLastMessageIdResponse
-    _copy_id(sub.last_message_id, last_message_id)
-    sub.request_id = request_id
-    if consumer_mark_delete_position is not None:
-        _copy_id(sub.consumer_mark_delete_position, consumer_mark_delete_position)
-    return encode_command(cmd)
-
-
-def get_topics_of_namespace_response(
-    *,
-    request_id: int,
-    topics: Iterable[str],
-    filtered: bool = False,
-    topics_hash: str | None = None,
-    changed: bool = True,
-) -> bytes:
-    """GET_TOPICS_OF_NAMESPACE_RESPONSE (regex subscriptions)."""
-    cmd = pb.BaseCommand(type=_T.GET_TOPICS_OF_NAMESPACE_RESPONSE)
-    sub = cmd.getTopicsOfNamespaceResponse
-    sub.request_id = request_id
-    sub.topics.extend(topics)
-    sub.filtered = filtered
-    if topics_hash is not None:
-        sub.topics_hash = topics_hash
-    sub.changed = changed
-    return encode_command(cmd)
-
-
-def get_schema_response(
-    *,
-    request_id: int,
-    schema: pb.Schema | None = None,
-    schema_version: bytes | None = None,
-    error: int | None = None,
-    error_message: str | None = None,
-) -> bytes:
-    """GET_SCHEMA_RESPONSE with a schema, or with ``error`` (TopicNotFound = no schema)."""
-    cmd = pb.BaseCommand(type=_T.GET_SCHEMA_RESPONSE)
-    sub = cmd.getSchemaResponse
-    sub.request_id = request_id
-    if error is not None:
-        sub.error_code = server_error(error)
-        sub.error_message = error_message or ""
-    if schema is not None:
-        sub.schema.CopyFrom(schema)
-    if schema_version is not None:
-        sub.schema_version = schema_version
-    return encode_command(cmd)
-
-
-def ack_response(
-    *,
-    consumer_id: int,
-    request_id: int | None = None,
-    error: int | None = None,
-    message: str | None = None,
-) -> bytes:
-    """ACK_RESPONSE, owed only for an ACK that carried a ``request_id``."""
-    cmd = pb.BaseCommand(type=_T.ACK_RESPONSE)
-    sub = cmd.ackResponse
-    sub.consumer_id = consumer_id
-    if request_id is not None:
-        sub.request_id = request_id
-    if error is not None:
-        sub.error = server_error(error)
-        sub.message = message or ""
-    return encode_command(cmd)
-
-
-def auth_challenge(
-    *,
-    auth_method_name: str,
-    auth_data: bytes = b"",
-    server_version: str = SERVER_VERSION,
-    protocol_version: int = PROTOCOL_VERSION,
-) -> bytes:
-    """AUTH_CHALLENGE asking an already connected client to refresh its credentials."""
-    cmd = pb.BaseCommand(type=_T.AUTH_CHALLENGE)
-    sub = cmd.authChallenge
-    sub.server_version = server_version
-    sub.challenge.auth_method_name = auth_method_name
-    sub.challenge.auth_data = auth_data
-    sub.protocol_version = protocol_version
-    return encode_command(cmd)
-
-
-def consumer_stats_response(
-    *,
-    request_id: int,
-    error: int | None = None,
-    error_message: str | None = None,
-    msg_rate_out: float | None = None,
-    msg_throughput_out: float | None = None,
-    msg_rate_redeliver: float | None = None,
-    consumer_name: str | None = None,
-    available_permits: int | None = None,
-    unacked_messages: int | None = None,
-    blocked_consumer_on_unacked_msgs: bool | None = None,
-    address: str | None = None,
-    connected_since: str | None = None,
-    subscription_type: str | None = None,
-    msg_rate_expired: float | None = None,
-    msg_backlog: int | None = None,
-    message_ack_rate: float | None = None,
-) -> bytes:
-    """CONSUMER_STATS_RESPONSE; unset statistics are left out."""
-    cmd = pb.BaseCommand(type=_T.CONSUMER_STATS_RESPONSE)
-    sub = cmd.consumerStatsResponse
-    sub.request_id = request_id
-    if error is not None:
-        sub.error_code = server_error(error)
-        sub.error_message = error_message or ""
-    if msg_rate_out is not None:
-        sub.msgRateOut = msg_rate_out
-    if msg_throughput_out is not None:
-        sub.msgThroughputOut = msg_throughput_out
-    if msg_rate_redeliver is not None:
-        sub.msgRateRedeliver = msg_rate_redeliver
-    if consumer_name is not None:
-        sub.consumerName = consumer_name
-    if available_permits is not None:
-        sub.availablePermits = max(available_permits, 0)
-    if unacked_messages is not None:
-        sub.unackedMessages = unacked_messages
-    if blocked_consumer_on_unacked_msgs is not None:
-        sub.blockedConsumerOnUnackedMsgs = blocked_consumer_on_unacked_msgs
-    if address is not None:
-        sub.address = address
-    if connected_since is not None:
-        sub.connectedSince = connected_since
-    if subscription_type is not None:
-        sub.type = subscription_type
-    if msg_rate_expired is not None:
-        sub.msgRateExpired = msg_rate_expired
-    if msg_backlog is not None:
-        sub.msgBacklog = msg_backlog
-    if message_ack_rate is not None:
-        sub.messageAckRate = message_ack_rate
-    return encode_command(cmd)
-
-
-# --------------------------------------------------------------------------------------------
-# Client to broker (tests, fuzzers, benchmarks)
-# --------------------------------------------------------------------------------------------
-
-
-def connect(
-    *,
-    client_version: str = CLIENT_VERSION,
-    protocol_version: int = PROTOCOL_VERSION,
-    auth_method_name: str | None = "none",
-    auth_data: bytes | None = None,
-    supports_auth_refresh: bool = True,
-    supports_broker_entry_metadata: bool = True,
-) -> bytes:
-    """CONNECT as pulsar-client 3.13 sends it (feature flags included)."""
-    cmd = pb.BaseCommand(type=_T.CONNECT)
-    sub = cmd.connect
-    sub.client_version = client_version
-    if auth_data is not None:
-        sub.auth_data = auth_data
-    sub.protocol_version = protocol_version
-    if auth_method_name is not None:
-        sub.auth_method_name = auth_method_name
-    sub.feature_flags.supports_auth_refresh = supports_auth_refresh
-    sub.feature_flags.supports_broker_entry_metadata = supports_broker_entry_metadata
-    return encode_command(cmd)
-
-
-def auth_response(
-    *, auth_method_name: str, auth_data: bytes, client_version: str = CLIENT_VERSION
-) -> bytes:
-    """AUTH_RESPONSE to an AUTH_CHALLENGE (no protocol_version, like the C++ client)."""
-    cmd = pb.BaseCommand(type=_T.AUTH_RESPONSE)
-    sub = cmd.authResponse
-    sub.client_version = client_version
-    sub.response.auth_method_name = auth_method_name
-    sub.response.auth_data = auth_data
-    return encode_command(cmd)
-
-
-def partitioned_metadata(*, topic: str, request_id: int) -> bytes:
-    """PARTITIONED_METADATA request."""
-    cmd = pb.BaseCommand(type=_T.PARTITIONED_METADATA)
-    sub = cmd.partitionMetadata
-    sub.topic = topic
-    sub.request_id = request_id
-    return encode_command(cmd)
-
-
-def lookup(
-    *,
-    topic: str,
-    request_id: int,
-    authoritative: bool = False,
-    advertised_listener_name: str | None = "",
-) -> bytes:
-    """LOOKUP request (the C++ client always sets ``advertised_listener_name``)."""
-    cmd = pb.BaseCommand(type=_T.LOOKUP)
-    sub = cmd.lookupTopic
-    sub.topic = topic
-    sub.request_id = request_id
-    sub.authoritative = authoritative
-    if advertised_listener_name is not None:
-        sub.advertised_listener_name = advertised_listener_name
-    return encode_command(cmd)
-
-
-def producer(
-    *,
-    topic: str,
-    producer_id: int,
-    request_id: int,
-    producer_name: str | None = None,
-    epoch: int = 0,
-    access_mode: int = pb.Shared,
-    schema: pb.Schema | None = None,
-    metadata: Mapping[str, str] | None = None,
-    topic_epoch: int | None = None,
-    initial_subscription_name: str | None = None,
-) -> bytes:
-    """PRODUCER; ``user_provided_producer_name`` follows whether a name is given."""
-    cmd = pb.BaseCommand(type=_T.PRODUCER)
-    sub = cmd.producer
-    sub.topic = topic
-    sub.producer_id = producer_id
-    sub.request_id = request_id
-    if producer_name is not None:
-        sub.producer_name = producer_name
-    sub.encrypted = False
-    for key, value in (metadata or {}).items():
-        sub.metadata.add(key=key, value=value)
-    if schema is not None:
-        sub.schema.CopyFrom(schema)
-    sub.epoch = epoch
-    sub.user_provided_producer_name = producer_name is not None
-    sub.producer_access_mode = cast(pb.ProducerAccessMode, access_mode)
-    if topic_epoch is not None:
-        sub.topic_epoch = topic_epoch
-    if initial_subscription_name is not None:
-        sub.initial_subscription_name = initial_subscription_name
-    return encode_command(cmd)
-
-
-def send(
-    *,
-    producer_id: int,
-    sequence_id: int,
-    metadata: pb.MessageMetadata,
-    payload: Bytes = b"",
-    num_messages: int | None = None,
-    highest_sequence_id: int | None = None,
-    is_chunk: bool = False,
-    checksum: int | None = None,
-    with_checksum: bool = True,
-) -> bytes:
-    """A full SEND frame: command, magic + CRC32C, metadataSize + ``metadata`` + ``payload``.
-
-    ``num_messages`` defaults to the metadata's ``num_messages_in_batch`` when that is set (as
-    the client does); ``checksum`` overrides the computed CRC (to test corruption);
-    ``with_checksum=False`` sends no magic and CRC, like a pre-v6 client.
-    """
-    cmd = pb.BaseCommand(type=_T.SEND)
-    sub = cmd.send
-    sub.producer_id = producer_id
-    sub.sequence_id = sequence_id & UINT64_MASK
-    if num_messages is None and metadata.HasField("num_messages_in_batch"):
-        num_messages = metadata.num_messages_in_batch
-    if num_messages is not None:
-        sub.num_messages = num_messages
-    if highest_sequence_id is not None:
-        sub.highest_sequence_id = highest_sequence_id & UINT64_MASK
-    if is_chunk:
-        sub.is_chunk = True
-    section = encode_payload_section(metadata, payload)
-    return encode_payload_command(cmd, section, checksum, with_checksum=with_checksum)
-
-
-def key_shared_meta(
-    *,
-    mode: int = pb.AUTO_SPLIT,
-    hash_ranges: Iterable[tuple[int, int]] = (),
-    allow_out_of_order_delivery: bool = False,
-) -> pb.KeySharedMeta:
-    """A ``KeySharedMeta`` for :func:`subscribe`; ranges are inclusive ``(start, end)`` pairs."""
-    meta = pb.KeySharedMeta(keySharedMode=cast(pb.KeySharedMode, mode))
-    for start, end in hash_ranges:
-        meta.hashRanges.add(start=start, end=end)
-    meta.allowOutOfOrderDelivery = allow_out_of_order_delivery
-    return meta
-
-
-def subscribe(
-    *,
-    topic: str,
-    subscription: str,
-    sub_type: int,
-    consumer_id: int,
-    request_id: int,
-    consumer_name: str = "",
-    priority_level: int = 0,
-    durable: bool = True,
-    start_message_id: pb.MessageIdData | None = None,
-    metadata: Mapping[str, str] | None = None,
-    read_compacted: bool = False,
-    schema: pb.Schema | None = None,
-    initial_position: int = pb.CommandSubscribe.Latest,
-    replicate_subscription_state: bool = False,
-    key_shared: pb.KeySharedMeta | None = None,
-    subscription_properties: Mapping[str, str] | None = None,
-) -> bytes:
-    """SUBSCRIBE; ``sub_type`` is a ``pb.CommandSubscribe.SubType`` value (Key_Shared = 3).
-
-    For Key_Shared pass ``key_shared`` (see :func:`key_shared_meta`); the client always does.
-    """
-    cmd = pb.BaseCommand(type=_T.SUBSCRIBE)
-    sub = cmd.subscribe
-    sub.topic = topic
-    sub.subscription = subscription
-    sub.subType = cast(pb.CommandSubscribe.SubType, sub_type)
-    sub.consumer_id = consumer_id
-    sub.request_id = request_id
-    sub.consumer_name = consumer_name
-    sub.priority_level = priority_level
-    sub.durable = durable
-    if start_message_id is not None:
-        _copy_id(sub.start_message_id, start_message_id)
-    for key, value in (metadata or {}).items():
-        sub.metadata.add(key=key, value=value)
-    sub.read_compacted = read_compacted
-    if schema is not None:
-        sub.schema.CopyFrom(schema)
-    sub.initialPosition = cast(pb.CommandSubscribe.InitialPosition, initial_position)
-    sub.replicate_subscription_state = replicate_subscription_state
-    if key_shared is not None:
-        sub.keySharedMeta.CopyFrom(key_shared)
-    for key, value in (subscription_properties or {}).items():
-        sub.subscription_properties.add(key=key, value=value)
-    return encode_command(cmd)
-
-
-def flow(*, consumer_id: int, permits: int) -> bytes:
-    """FLOW granting ``permits`` more messages."""
-    cmd = pb.BaseCommand(type=_T.FLOW)
-    sub = cmd.flow
-    sub.consumer_id = consumer_id
-    sub.messagePermits = permits
-    return encode_command(cmd)
-
-
-def ack(
-    *,
-    consumer_id: int,
-    message_ids: Iterable[pb.MessageIdData],
-    cumulative: bool = False,
-    validation_error: int | None = None,
-    request_id: int | None = None,
-) -> bytes:
-    """ACK, individual or cumulative; batch-index acks put the unacked bitset in ``ack_set``."""
-    cmd = pb.BaseCommand(type=_T.ACK)
-    sub = cmd.ack
-    sub.consumer_id = consumer_id
-    sub.ack_type = pb.CommandAck.Cumulative if cumulative else pb.CommandAck.Individual
-    for mid in message_ids:
-        _copy_id(sub.message_id.add(), mid)
-    if validation_error is not None:
-        sub.validation_error = cast(pb.CommandAck.ValidationError, validation_error)
-    if request_id is not None:
-        sub.request_id = request_id
-    return encode_command(cmd)
-
-
-def redeliver(*, consumer_id: int, message_ids: Iterable[pb.MessageIdData] = ()) -> bytes:
-    """REDELIVER_UNACKNOWLEDGED_MESSAGES; no ids means every unacked message."""
-    cmd = pb.BaseCommand(type=_T.REDELIVER_UNACKNOWLEDGED_MESSAGES)
-    sub = cmd.redeliverUnacknowledgedMessages
-    sub.consumer_id = consumer_id
-    for mid in message_ids:
-        _copy_id(sub.message_ids.add(), mid)
-    return encode_command(cmd)
-
-
-def seek(
-    *,
-    consumer_id: int,
-    request_id: int,
-    message_id: pb.MessageIdData | None = None,
-    publish_time: int | None = None,
-) -> bytes:
-    """SEEK to a message id or to a publish time in ms (exactly one of them)."""
-    if (message_id is None) == (publish_time is None):
-        raise ValueError("seek needs exactly one of message_id and publish_time")
-    cmd = pb.BaseCommand(type=_T.SEEK)
-    sub = cmd.seek
-    sub.consumer_id = consumer_id
-    sub.request_id = request_id
-    if message_id is not None:
-        _copy_id(sub.message_id, message_id)
-    if publish_time is not None:
-        sub.message_publish_time = publish_time
-    return encode_command(cmd)
-
-
-def get_last_message_id(*, consumer_id: int, request_id: int) -> bytes:
-    """GET_LAST_MESSAGE_ID request."""
-    cmd = pb.BaseCommand(type=_T.GET_LAST_MESSAGE_ID)
-    sub = cmd.getLastMessageId
-    sub.consumer_id = consumer_id
-    sub.request_id = request_id
-    return encode_command(cmd)
-
-
-def unsubscribe(*, consumer_id: int, request_id: int) -> bytes:
-    """UNSUBSCRIBE request."""
-    cmd = pb.BaseCommand(type=_T.UNSUBSCRIBE)
-    sub = cmd.unsubscribe
-    sub.consumer_id = consumer_id
-    sub.request_id = request_id
-    return encode_command(cmd)
-
-
-def consumer_stats(*, request_id: int, consumer_id: int) -> bytes:
-    """CONSUMER_STATS request."""
-    cmd = pb.BaseCommand(type=_T.CONSUMER_STATS)
-    sub = cmd.consumerStats
-    sub.request_id = request_id
-    sub.consumer_id = consumer_id
-    return encode_command(cmd)
-
-
-def get_schema(*, request_id: int, topic: str, schema_version: bytes | None = None) -> bytes:
-    """GET_SCHEMA request (Avro consumers fetch the writer schema by version)."""
-    cmd = pb.BaseCommand(type=_T.GET_SCHEMA)
-    sub = cmd.getSchema
-    sub.request_id = request_id
-    sub.topic = topic
-    if schema_version is not None:
-        sub.schema_version = schema_version
-    return encode_command(cmd)
-
-
-def get_topics_of_namespace(
-    *,
-    request_id: int,
-    namespace: str,
-    mode: int = pb.CommandGetTopicsOfNamespace.PERSISTENT,
-    topics_pattern: str | None = None,
-    topics_hash: str | None = None,
-) -> bytes:
-    """GET_TOPICS_OF_NAMESPACE request."""
-    cmd = pb.BaseCommand(type=_T.GET_TOPICS_OF_NAMESPACE)
-    sub = cmd.getTopicsOfNamespace
-    sub.request_id = request_id
-    sub.namespace = namespace
-    sub.mode = cast(pb.CommandGetTopicsOfNamespace.Mode, mode)
-    if topics_pattern is not None:
-        sub.topics_pattern = topics_pattern
-    if topics_hash is not None:
-        sub.topics_hash = topics_hash
-    return encode_command(cmd)
+from keyshared.protocol.broker_commands import (
+    SERVER_VERSION,
+    ack_response,
+    active_consumer_change,
+    auth_challenge,
+    close_consumer,
+    close_producer,
+    connected,
+    consumer_stats_response,
+    error,
+    get_last_message_id_response,
+    get_schema_response,
+    get_topics_of_namespace_response,
+    lookup_failed,
+    lookup_response,
+    message_frame,
+    partitioned_metadata_failed,
+    partitioned_metadata_response,
+    ping,
+    pong,
+    producer_success,
+    send_error,
+    send_receipt,
+    server_error,
+    success,
+)
+from keyshared.protocol.client_commands import (
+    CLIENT_VERSION,
+    ack,
+    auth_response,
+    connect,
+    consumer_stats,
+    flow,
+    get_last_message_id,
+    get_schema,
+    get_topics_of_namespace,
+    key_shared_meta,
+    lookup,
+    partitioned_metadata,
+    producer,
+    redeliver,
+    seek,
+    send,
+    subscribe,
+    unsubscribe,
+)
+from keyshared.protocol.message_ids import (
+    copy_id,
+    message_id,
+    position_of,
+)
+
+__all__ = [
+    "CLIENT_VERSION",
+    "SERVER_VERSION",
+    "ack",
+    "ack_response",
+    "active_consumer_change",
+    "auth_challenge",
+    "auth_response",
+    "close_consumer",
+    "close_producer",
+    "connect",
+    "connected",
+    "consumer_stats",
+    "consumer_stats_response",
+    "copy_id",
+    "error",
+    "flow",
+    "get_last_message_id",
+    "get_last_message_id_response",
+    "get_schema",
+    "get_schema_response",
+    "get_topics_of_namespace",
+    "get_topics_of_namespace_response",
+    "key_shared_meta",
+    "lookup",
+    "lookup_failed",
+    "lookup_response",
+    "message_frame",
+    "message_id",
+    "partitioned_metadata",
+    "partitioned_metadata_failed",
+    "partitioned_metadata_response",
+    "ping",
+    "pong",
+    "position_of",
+    "producer",
+    "producer_success",
+    "redeliver",
+    "seek",
+    "send",
+    "send_error",
+    "send_receipt",
+    "server_error",
+    "subscribe",
+    "success",
+    "unsubscribe",
+]

@@ -181,10 +181,21 @@
       '<svg class="spark" viewBox="0 0 100 34" preserveAspectRatio="none">' + lines + "</svg></div>";
   }
 
+  // A topic past its backlog quota (size and/or age), with the limits in the tooltip.
+  function quotaBadge(t) {
+    const over = t.backlogQuotaExceeded || [];
+    if (!over.length) return "";
+    const what = over.map((q) => (q === "message_age" ? "age" : "size")).join(" + ");
+    const tip = "backlog quota exceeded: " + over.join(", ") + " (limit " +
+      fmtBytes(t.backlogQuotaLimitSize) + ", " + t.backlogQuotaLimitTime + " s)";
+    return '<span class="badge drain over-quota" title="' + esc(tip) + '">over quota: ' + esc(what) + "</span>";
+  }
+
   function renderTopic(el, t) {
     const [head, prods, subsEl] = el.children;
     setHTML(head,
       '<div class="topic-name" title="' + esc(t.name) + '">' + topicNameHTML(t.name) + "</div>" +
+      quotaBadge(t) +
       metric("in", fmtRate(t.msgRateIn), "msg/s") +
       metric("out", fmtRate(t.msgRateOut), "msg/s") +
       metric("throughput in", fmtBytes(t.msgThroughputIn), "/s") +
