@@ -163,7 +163,10 @@ class RemoteConnection:
 
     async def drain(self) -> None:
         """Wait while the socket's write buffer is full."""
-        await self._writer.drain()
+        try:
+            await self._writer.drain()
+        except OSError as exc:
+            raise RemoteError(f"{self.url}: connection lost: {exc!r}") from exc
 
     # --- the wire --------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
