@@ -131,6 +131,24 @@ class BrokerConfig:
     maxMessagePublishBufferSizeInMB: int = 64
     # Sends in flight on one connection before the broker stops reading it (resumes at half).
     maxPendingPublishRequestsPerConnection: int = 1000
+    # --- rate limits (broker/throttle.py); 0 means no limit ----------------------------------
+    # The publishRate of a topic that neither it nor its namespace sets (messages, bytes / s).
+    maxPublishRatePerTopicInMessages: int = 0
+    maxPublishRatePerTopicInBytes: int = 0
+    # Every topic's publishes together.
+    brokerPublisherThrottlingMaxMessageRate: int = 0
+    brokerPublisherThrottlingMaxByteRate: int = 0
+    # The least a publish throttle lasts (the token buckets' resolution), topic and broker.
+    topicPublisherThrottlingTickTimeMillis: int = 10
+    brokerPublisherThrottlingTickTimeMillis: int = 50
+    # dispatchRate / subscriptionDispatchRate of topics and namespaces that do not set them.
+    dispatchThrottlingRatePerTopicInMsg: int = 0
+    dispatchThrottlingRatePerTopicInByte: int = 0
+    dispatchThrottlingRatePerSubscriptionInMsg: int = 0
+    dispatchThrottlingRatePerSubscriptionInByte: int = 0
+    # Every subscription's dispatch together.
+    dispatchThrottlingRateInMsg: int = 0
+    dispatchThrottlingRateInByte: int = 0
     # --- topics and messages -------------------------------------------------------------
     allowAutoTopicCreation: bool = True
     allowAutoTopicCreationType: str = "non-partitioned"

@@ -64,6 +64,7 @@ from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, 
 from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
 from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from keyshared.broker.subscription import AckItem, Subscription
+from keyshared.broker.throttle import DispatchThrottle, Rate, SharedDispatchLimiters
 from keyshared.config import BrokerConfig
 from keyshared.storage import batch_ack
 from keyshared.storage.cursor import CursorConfig, ManagedCursor
@@ -83,6 +84,24 @@ CLASSIC_SALT = 0x282_C1A5
 def is_classic(seed: int) -> bool:
     """Whether ``seed`` runs the classic dispatcher (a function of the seed alone)."""
     return random.Random(seed ^ CLASSIC_SALT).random() < CLASSIC_SHARE
+
+
+# The share of seeds whose subscription has a dispatch rate (broker/throttle.py), also drawn
+# from a stream of its own. Throttling only delays reads: every property must hold as without.
+RATE_SHARE = 1 / 5
+RATE_SALT = 0x4A7E_D15C
+
+
+def dispatch_rate(seed: int) -> Rate | None:
+    """The subscription dispatch rate ``seed`` runs with (a function of the seed alone)."""
+    rng = random.Random(seed ^ RATE_SALT)
+    if rng.random() >= RATE_SHARE:
+        return None
+    return Rate(
+        msgs=rng.choice((0, 1, 3, 10)),
+        bytes=rng.choice((0, 0, 40, 200)) or (0 if rng.random() < 0.5 else 100),
+        period=rng.choice((1, 1, 2)),
+    )
 
 
 class SimFailure(AssertionError):
@@ -319,6 +338,15 @@ class Simulation:
             config=self.config,
             scheduler=self.loop,
         )
+        self.rate = dispatch_rate(seed)
+        if self.rate is not None and self.rate.limited:
+            sub_rate = self.rate
+            self.sub.dispatch_throttle = DispatchThrottle(
+                self.loop.time,
+                lambda: (sub_rate, Rate()),
+                SharedDispatchLimiters(self.loop.time),
+                "sim",
+            )
         self.clients: list[Client] = []
         self.live: list[Client] = []
         self.by_consumer: dict[int, Client] = {}
@@ -375,7 +403,7 @@ class Simulation:
         """Run the schedule and the final phase; raises :class:`SimFailure`."""
         try:
             with self.loop.installed():
-                self.note(f"params {self.params.describe()}")
+                self.note(f"params {self.params.describe()} dispatch_rate={self.rate}")
                 for _ in range(self.params.steps):
                     self.step_no += 1
                     self.step()

@@ -61,11 +61,7 @@ def test_every_policy_defaults_to_a_broker_setting(tmp_path: Path) -> None:
     policies = service(tmp_path)
     config = BrokerConfig()
     for name, policy in POLICIES.items():
-        if not policy.broker_key:
-            # A structured policy: its owning module builds the broker default.
-            assert policies.effective(TOPIC, name) is None, name
-            continue
-        assert policies.effective(TOPIC, name) == getattr(config, policy.broker_key), name
+        assert policies.effective(TOPIC, name) == policy.default(config), name
 
 
 def test_map_policy_entries_resolve_one_by_one(tmp_path: Path) -> None:
@@ -105,3 +101,23 @@ def test_a_partitioned_topics_policy_reaches_its_partitions(tmp_path: Path) -> N
     # The partition's own policy, where set, comes first.
     policies.update_topic(part.full, {"maxProducersPerTopic": 5})
     assert policies.effective(part, "maxProducersPerTopic") == 5
+    rate = {"publishThrottlingRateInMsg": 10, "publishThrottlingRateInByte": -1}
+    policies.update_topic(base.full, {"publishRate": rate})
+    assert policies.effective(part, "publishRate") == rate
+
+
+def test_rates_are_per_cluster_and_unset_without_a_positive_limit(tmp_path: Path) -> None:
+    policies = service(tmp_path, maxPublishRatePerTopicInMessages="5")
+    broker_rate = {"publishThrottlingRateInMsg": 5, "publishThrottlingRateInByte": 0}
+    assert policies.effective(TOPIC, "publishRate") == broker_rate
+    rate = {"publishThrottlingRateInMsg": -1, "publishThrottlingRateInByte": 1000}
+    policies.update_namespace("public/default", {"publishRate": rate})
+    record = policies.namespace("public/default") or {}
+    assert record["publishMaxMessageRate"] == {"standalone": rate}
+    assert policies.effective(TOPIC, "publishRate") == rate
+    # No positive limit: unset, as Pulsar's normalize() makes it; the namespace's applies.
+    policies.update_topic(TOPIC.full, {"publishRate": {"publishThrottlingRateInMsg": 0}})
+    assert policies.effective(TOPIC, "publishRate") == rate
+    policies.update_namespace("public/default", {"publishRate": None})
+    assert "publishMaxMessageRate" not in (policies.namespace("public/default") or {})
+    assert policies.effective(TOPIC, "publishRate") == broker_rate

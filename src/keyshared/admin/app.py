@@ -20,6 +20,7 @@ from keyshared.admin.routes_lookup import lookup_routes
 from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
 from keyshared.admin.routes_quotas import quota_routes
+from keyshared.admin.routes_rates import rate_routes
 from keyshared.admin.routes_replication import replication_routes
 from keyshared.admin.routes_schemas import schema_routes
 from keyshared.admin.routes_sub_types import sub_types_routes
@@ -79,6 +80,7 @@ def create_app(service: BrokerService) -> FastAPI:
     app.include_router(sub_types_routes(service))
     app.include_router(limit_routes(service))
     app.include_router(quota_routes(service))
+    app.include_router(rate_routes(service))
     app.include_router(nonpersistent_routes(service))
     app.include_router(lookup_routes(service))
     app.include_router(schema_routes(service))

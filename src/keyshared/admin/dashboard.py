@@ -66,6 +66,12 @@ def overview(service: BrokerService) -> dict[str, Any]:
                 sub["hashRange"] = [int(key_range[0]), int(key_range[1])]
             sub["name"] = name
             subs.append(sub)
+        held = service.rate_limits.throttled_connections(topic.name)
+        for live_producer, producer in zip(
+            topic.producers.values(), st["publishers"], strict=False
+        ):
+            # Its connection is not read now: a publish rate limit holds it.
+            producer["rateLimited"] = id(live_producer.transport) in held
         st["name"] = topic.name.full
         st["namespace"] = topic.name.namespace_name
         st["subscriptions"] = subs

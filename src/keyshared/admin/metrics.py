@@ -68,6 +68,11 @@ _TOPIC_GAUGES: tuple[tuple[str, str, str], ...] = (
         "oldestBacklogMessageAgeSeconds",
         "Age of the oldest unacknowledged message, at the last backlog quota check",
     ),
+    (
+        "pulsar_publish_rate_limit_times",
+        "publishRateLimitedTimes",
+        "Sends that overdrew a publish rate limit (the producer's connection paused)",
+    ),
 )
 _EVICTIONS = "pulsar_storage_backlog_quota_exceeded_evictions_total"
 _EVICTIONS_DOC = "Times the backlog was evicted for exceeding its quota, by quota_type"
@@ -233,6 +238,21 @@ class _Families:
         return iter(self._families.values())
 
 
+def _add_dispatch_throttling(fam: _Families, sub: dict[str, Any], labels: Labels) -> None:
+    """Pulsar's dispatch-throttling counters, one series per ``reason`` that throttled."""
+    for reason in ("subscription", "topic", "broker"):
+        label = reason.capitalize()
+        for unit, field in (("msg", "Msg"), ("bytes", "Bytes")):
+            value = sub.get(f"dispatchThrottled{field}EventsBy{label}Limit")
+            if value:
+                fam.add(
+                    f"pulsar_subscription_dispatch_throttled_{unit}_events",
+                    labels | {"reason": reason},
+                    float(value),
+                    f"Reads held back by a dispatch rate limit on {unit}",
+                )
+
+
 class BrokerCollector(Collector):
     """Collects Pulsar's topic, subscription (and optionally consumer and producer) metrics."""
 
@@ -301,6 +321,7 @@ class BrokerCollector(Collector):
                 )
                 if sub.get("type") == "Key_Shared":
                     fam.add_all(_DRAINING_GAUGES, sub, s_labels)
+                _add_dispatch_throttling(fam, sub, s_labels)
                 if consumers_on:
                     for c, consumer in zip(
                         topic.subscriptions[sub_name].consumers, sub["consumers"], strict=False

@@ -257,6 +257,10 @@ _HANDLED = frozenset(
 )
 
 
+# Pulsar's Policies fields of the rate limits (admin/routes_rates.py): maps by cluster name.
+RATE_FIELDS = ("publishMaxMessageRate", "topicDispatchRate", "subscriptionDispatchRate")
+
+
 def check_ttl(ttl: int) -> int:
     """A message TTL in seconds; Pulsar refuses negative ones (412)."""
     if ttl < 0:
@@ -298,5 +302,6 @@ def namespace_view(
         **{field: policies.get(field) for field in LIMIT_FIELDS},
         BACKLOG_QUOTA_MAP: policies.get(BACKLOG_QUOTA_MAP) or {},
         INACTIVE_TOPIC_POLICIES: policies.get(INACTIVE_TOPIC_POLICIES),
+        **{field: policies.get(field) or {} for field in RATE_FIELDS},
         "deleted": False,
     }

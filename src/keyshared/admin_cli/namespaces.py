@@ -14,6 +14,7 @@ from keyshared.admin_cli.args import (
 )
 from keyshared.admin_cli.http import AdminHttp
 from keyshared.admin_cli.quotas import add_commands as add_quota_commands
+from keyshared.admin_cli.rates import add_rate_commands
 
 app = typer.Typer(help="Operations about namespaces.", no_args_is_help=True)
 
@@ -220,3 +221,5 @@ def revoke_permission(
 
 # --- backlog quotas and inactive topic policies (admin_cli/quotas.py) -------------------
 add_quota_commands(app, namespace_path, "tenant/namespace", applied=False)
+# --- rates (publish, dispatch, subscription dispatch) -----------------------------------
+add_rate_commands(app, lambda ns, policy: namespace_path(ns, policy), NS, topic=False)

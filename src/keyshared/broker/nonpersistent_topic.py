@@ -321,6 +321,7 @@ class NonPersistentTopic:
             "msgChunkPublished": False,
             "storageSize": 0,
             "backlogSize": 0,
+            "publishRateLimitedTimes": self.service.rate_limits.publish_limited_times(self.name),
             "offloadedStorageSize": 0,
             "waitingPublishers": self.producers.access.waiting_count,
             "topicEpoch": self.producers.access.topic_epoch,

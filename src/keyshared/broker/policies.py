@@ -48,12 +48,58 @@ class Policy:
     """An empty value (list) means "not set", as Pulsar treats ``subscription_types_enabled``."""
     unset_value: Any = None
     """A value that also means "not set" (Pulsar's ``UNDEFINED`` schema strategy)."""
+    per_cluster: bool = False
+    """The namespace field is a map by cluster name (Pulsar's ``publishMaxMessageRate``, ...):
+    the value is the local cluster's entry."""
+    sets: Callable[[Any], bool] | None = None
+    """Whether a value sets the policy, for structured values Pulsar normalizes (a rate with
+    no positive limit is unset)."""
+    broker_default: Callable[[BrokerConfig], Any] | None = None
+    """The broker-level value when it is built from several ``broker.conf`` keys."""
 
     def is_set(self, value: Any) -> bool:
         """True when ``value`` sets this policy at its level (else the next level applies)."""
         if value is None or (self.unset_value is not None and value == self.unset_value):
             return False
+        if self.sets is not None:
+            return self.sets(value)
         return not (self.empty_is_unset and not value)
+
+    def default(self, config: BrokerConfig) -> Any:
+        """The value when neither the topic nor its namespace sets the policy."""
+        if self.broker_default is not None:
+            return self.broker_default(config)
+        return getattr(config, self.broker_key) if self.broker_key else None
+
+    def namespace_entry(self, record: Mapping[str, Any] | None, cluster: str) -> Any:
+        """This policy's raw value in a namespace record (the cluster's entry if per cluster)."""
+        value = (record or {}).get(self.namespace_field)
+        if self.per_cluster:
+            return value.get(cluster) if isinstance(value, dict) else None
+        return value
+
+
+def _limits(value: Any, prefix: str) -> bool:
+    """A rate object sets its policy when it limits messages or bytes (Pulsar's normalize)."""
+    if not isinstance(value, dict):
+        return False
+    return any(
+        isinstance(v, int) and v > 0
+        for v in (value.get(prefix + "Msg"), value.get(prefix + "Byte"))
+    )
+
+
+def _publish_rate(msgs: int, nbytes: int) -> dict[str, int]:
+    return {"publishThrottlingRateInMsg": msgs, "publishThrottlingRateInByte": nbytes}
+
+
+def _dispatch_rate(msgs: int, nbytes: int) -> dict[str, Any]:
+    return {
+        "dispatchThrottlingRateInMsg": msgs,
+        "dispatchThrottlingRateInByte": nbytes,
+        "ratePeriodInSecond": 1,
+        "relativeToPublishRate": False,
+    }
 
 
 def _same(name: str, broker_key: str, *, empty_is_unset: bool = False) -> Policy:
@@ -116,8 +162,47 @@ POLICIES: dict[str, Policy] = {
     "backlogQuotaMap": Policy("backlog_quota_map", "backLogQuotaMap", "", empty_is_unset=True),
     "inactiveTopicPolicies": Policy("inactive_topic_policies", "inactiveTopicPolicies", ""),
     # --- end of backlog quotas and inactive topics
+    # --- Rate limits (broker/throttle.py) ------------------------------------------------------
+    # Pulsar's PublishRate and DispatchRate objects. In the namespace's Policies each is a map
+    # by cluster name (``topicDispatchRate`` is the 2.x ``clusterDispatchRate``); a rate with
+    # no positive limit is unset, as Pulsar's normalize() makes it, and the next level applies.
+    "publishRate": Policy(
+        "publishMaxMessageRate",
+        "publishRate",
+        "maxPublishRatePerTopicInMessages",
+        per_cluster=True,
+        sets=lambda v: _limits(v, "publishThrottlingRateIn"),
+        broker_default=lambda c: _publish_rate(
+            c.maxPublishRatePerTopicInMessages, c.maxPublishRatePerTopicInBytes
+        ),
+    ),
+    "dispatchRate": Policy(
+        "topicDispatchRate",
+        "dispatchRate",
+        "dispatchThrottlingRatePerTopicInMsg",
+        per_cluster=True,
+        sets=lambda v: _limits(v, "dispatchThrottlingRateIn"),
+        broker_default=lambda c: _dispatch_rate(
+            c.dispatchThrottlingRatePerTopicInMsg, c.dispatchThrottlingRatePerTopicInByte
+        ),
+    ),
+    "subscriptionDispatchRate": Policy(
+        "subscriptionDispatchRate",
+        "subscriptionDispatchRate",
+        "dispatchThrottlingRatePerSubscriptionInMsg",
+        per_cluster=True,
+        sets=lambda v: _limits(v, "dispatchThrottlingRateIn"),
+        broker_default=lambda c: _dispatch_rate(
+            c.dispatchThrottlingRatePerSubscriptionInMsg,
+            c.dispatchThrottlingRatePerSubscriptionInByte,
+        ),
+    ),
 }
 """Every policy the broker resolves, by the name callers use."""
+
+SUBSCRIPTION_POLICIES: dict[str, str] = {"subscriptionDispatchRate": "dispatchRate"}
+"""Policies a single subscription may set (Pulsar's ``SubscriptionPolicies`` field, kept in the
+topic's policies under ``subscriptionPolicies.<subscription>``), by policy name."""
 
 POLICY_DEFAULTS: dict[str, str] = {
     name: p.broker_key for name, p in POLICIES.items() if p.broker_key
@@ -153,10 +238,10 @@ class PolicyService:
             value = level.get(policy.topic_field)
             if policy.is_set(value):
                 return value
-        value = (self.namespace(topic.namespace_name) or {}).get(policy.namespace_field)
+        value = policy.namespace_entry(self.namespace(topic.namespace_name), self._cluster)
         if policy.is_set(value):
             return value
-        return getattr(self.config, policy.broker_key) if policy.broker_key else None
+        return policy.default(self.config)
 
     def _topic_levels(self, topic: TopicName) -> list[dict[str, Any]]:
         """The topic policies that apply to ``topic``: its own, then, for a partition, its
@@ -180,10 +265,48 @@ class PolicyService:
                 return found[key]
         return None
 
+    @property
+    def _cluster(self) -> str:
+        return self.config.clusterName
+
+    def subscription_effective(self, topic: TopicName, subscription: str, name: str) -> Any:
+        """Policy ``name`` in force on ``subscription`` of ``topic``: its own, else the topic's
+        resolution."""
+        value = self.subscription_value(topic, subscription, name)
+        return self.effective(topic, name) if value is None else value
+
+    def subscription_value(self, topic: TopicName, subscription: str, name: str) -> Any:
+        """Policy ``name`` as set on ``subscription`` itself (None when unset)."""
+        policy = POLICIES[name]
+        field = SUBSCRIPTION_POLICIES[name]
+        for level in dict.fromkeys((topic.full, topic.partitioned_base.full)):
+            subs = self.topic(level).get("subscriptionPolicies")
+            own = subs.get(subscription) if isinstance(subs, dict) else None
+            value = own.get(field) if isinstance(own, dict) else None
+            if policy.is_set(value):
+                return value
+        return None
+
+    def update_subscription(self, topic: str, subscription: str, name: str, value: Any) -> None:
+        """Set (None removes) policy ``name`` of one subscription of ``topic``."""
+        field = SUBSCRIPTION_POLICIES[name]
+        subs = self.topic(topic).get("subscriptionPolicies")
+        subs = dict(subs) if isinstance(subs, dict) else {}
+        own = dict(subs.get(subscription) or {})
+        if value is None:
+            own.pop(field, None)
+        else:
+            own[field] = value
+        if own:
+            subs[subscription] = own
+        else:
+            subs.pop(subscription, None)
+        self._write_topic(topic, {"subscriptionPolicies": subs or None})
+
     def namespace_effective(self, namespace: str, name: str) -> Any:
         """Policy ``name`` in force on ``namespace``: its own value, else the broker setting."""
         value = self.namespace_value(namespace, name)
-        return getattr(self.config, POLICIES[name].broker_key) if value is None else value
+        return POLICIES[name].default(self.config) if value is None else value
 
     def enabled_sub_types(self, topic: TopicName) -> frozenset[str]:
         """Subscription types ``topic`` accepts (``subscriptionTypesEnabled`` resolved)."""
@@ -195,7 +318,7 @@ class PolicyService:
     def namespace_value(self, namespace: str, name: str) -> Any:
         """Policy ``name`` as set on ``namespace`` itself (None when unset)."""
         policy = POLICIES[name]
-        value = (self.namespace(namespace) or {}).get(policy.namespace_field)
+        value = policy.namespace_entry(self.namespace(namespace), self._cluster)
         return value if policy.is_set(value) else None
 
     def topic_value(self, topic: str, name: str) -> Any:
@@ -206,7 +329,19 @@ class PolicyService:
 
     def update_namespace(self, namespace: str, values: Mapping[str, Any]) -> None:
         """Set policies (by name; None removes one) on ``namespace`` in one change."""
-        fields = {POLICIES[name].namespace_field: v for name, v in values.items()}
+        record = self.namespace(namespace) or {}
+        fields: dict[str, Any] = {}
+        for name, value in values.items():
+            policy = POLICIES[name]
+            if policy.per_cluster:
+                by_cluster = record.get(policy.namespace_field)
+                merged = dict(by_cluster) if isinstance(by_cluster, dict) else {}
+                if value is None:
+                    merged.pop(self._cluster, None)
+                else:
+                    merged[self._cluster] = value
+                value = merged or None
+            fields[policy.namespace_field] = value
         self._write_namespace(namespace, fields)
 
     def update_topic(self, topic: str, values: Mapping[str, Any]) -> None:

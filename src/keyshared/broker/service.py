@@ -20,6 +20,7 @@ from keyshared.broker.nonpersistent_topic import (
 )
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
+from keyshared.broker.rate_limits import BrokerRateLimits
 from keyshared.broker.replication import replicated_topics
 from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
@@ -55,6 +56,7 @@ class BrokerService:
         self.policies.add_listener(self._policies_changed)
         self.clusters = ClusterRegistry(storage.metadata, config)
         self.schemas = SchemaRegistry(storage.metadata, self.policies)
+        self.rate_limits = BrokerRateLimits(config, self.policies, self.scheduler)
         # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
@@ -272,6 +274,7 @@ class BrokerService:
         if topic.dedup is not None:
             topic.dedup.delete()
         self.topics.pop(name.full, None)
+        self.rate_limits.forget(name)
         self.policies.delete_topic(name.full)
         await self.storage.delete_managed_ledger(name.full)
         self.storage.metadata.delete(TOPICS_PREFIX + name.full)

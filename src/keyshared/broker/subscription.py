@@ -19,6 +19,7 @@ from keyshared.storage.cursor import ManagedCursor
 from keyshared.storage.position import Position
 
 if TYPE_CHECKING:
+    from keyshared.broker.throttle import DispatchThrottle
     from keyshared.broker.topic import PersistentTopic
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,8 @@ class Subscription:
         self.msg_out_counter = 0
         self.bytes_out_counter = 0
         self.closed = False
+        # The dispatch rate limits it obeys (broker/throttle.py); None: unlimited.
+        self.dispatch_throttle: DispatchThrottle | None = None
         # True while a seek / reset-cursor closes the consumers: a reader's cursor then
         # outlives its last consumer, for the client's re-subscribe (Pulsar's isResetCursor).
         self._resetting = False
@@ -345,6 +348,8 @@ class Subscription:
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
             "subscriptionProperties": {},
         }
+        if self.dispatch_throttle is not None:
+            st.update(self.dispatch_throttle.stats())
         if self.dispatcher is not None:
             st.update(self.dispatcher.stats())
         st["msgBacklogNoDelayed"] = max(backlog - st["msgDelayed"], 0)

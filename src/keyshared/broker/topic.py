@@ -191,6 +191,9 @@ class PersistentTopic:
         sub = Subscription(
             self, name, cursor, durable=durable, config=self.config, scheduler=self.scheduler
         )
+        sub.dispatch_throttle = self.service.rate_limits.dispatch_throttle(
+            self.name, name, lambda: self.rates_in.rates(self.msg_in_counter, self.bytes_in_counter)
+        )
         self.subscriptions[name] = sub
         return sub
 
@@ -681,6 +684,7 @@ class PersistentTopic:
             "msgChunkPublished": False,
             "storageSize": self.ledger.total_size,
             "backlogSize": backlog_size,
+            "publishRateLimitedTimes": self.service.rate_limits.publish_limited_times(self.name),
             "earliestMsgPublishTimeInBacklogs": 0,
             "offloadedStorageSize": 0,
             "waitingPublishers": self.producers.access.waiting_count,

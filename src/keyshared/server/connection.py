@@ -140,10 +140,16 @@ class ServerConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         """Decode every complete frame and handle it."""
         self.last_received = time.monotonic()
+        self._handle_frames(data)
+
+    def _handle_frames(self, data: bytes = b"") -> None:
+        # Stops as soon as reading is paused (a publish limit): the frames already received
+        # wait in the decoder, so a limit holds from the very next send, not the next read.
         decoder = self.decoder
         try:
-            decoder.feed(data)
-            while not self.closed:
+            if data:
+                decoder.feed(data)
+            while not self.closed and self._reading:
                 frame = decoder.next_frame()
                 if frame is None:
                     break
@@ -194,7 +200,10 @@ class ServerConnection(asyncio.Protocol):
             return
         self._reading = reading
         if reading:
+            # The client could not be heard while paused: idle time counts from now.
+            self.last_received = time.monotonic()
             self.transport.resume_reading()
+            asyncio.get_running_loop().call_soon(self._handle_frames)
         else:
             self.transport.pause_reading()
 
@@ -299,7 +308,9 @@ class ServerConnection(asyncio.Protocol):
             return
         interval = self.config.keepAliveIntervalSeconds
         idle = time.monotonic() - self.last_received
-        if idle > 2 * interval:
+        # Not while reading is paused (a publish limit): the client's answers wait unread, as
+        # Pulsar's keepalive waits while auto-read is off (set_reading restarts the count).
+        if idle > 2 * interval and self._reading:
             self._fail("keepalive timeout")
             return
         if self.connected and idle > interval:
@@ -629,6 +640,7 @@ class ServerConnection(asyncio.Protocol):
         size = len(payload)
         publishes = self._publishes
         publishes.started(size)
+        self.service.rate_limits.on_publish(producer.topic.name, publishes, s.num_messages, size)
         self.publisher.on_send(
             producer, s, payload, checksum_ok, on_finished=lambda: publishes.finished(size)
         )

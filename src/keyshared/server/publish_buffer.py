@@ -27,6 +27,10 @@ Metrics (Pulsar's names): ``pulsar_broker_publish_buffer_usage`` and
 ``pulsar_broker_publish_buffer_max_usage`` (PIP-410, in bytes),
 ``pulsar_broker_throttled_connections`` (paused by their own pending-send limit) and
 ``pulsar_broker_throttled_connections_global_limit`` (paused by the buffer limit).
+
+Publish rate limits (``publishRate``, ``brokerPublisherThrottlingMaxMessageRate``; see
+broker/throttle.py) hold a connection through :meth:`ConnectionPublishes.throttle` and
+:meth:`~ConnectionPublishes.unthrottle`: reading is paused while any of the three holds it.
 """
 
 from __future__ import annotations
@@ -50,7 +54,16 @@ class Readable(Protocol):
 class ConnectionPublishes:
     """One connection's sends in flight, as the throttle sees them."""
 
-    __slots__ = ("_throttle", "bytes", "closed", "conn", "paused_global", "paused_own", "sends")
+    __slots__ = (
+        "_throttle",
+        "bytes",
+        "closed",
+        "conn",
+        "paused_global",
+        "paused_own",
+        "rate_limited",
+        "sends",
+    )
 
     def __init__(self, throttle: PublishThrottle, conn: Readable) -> None:
         self._throttle = throttle
@@ -59,6 +72,8 @@ class ConnectionPublishes:
         self.bytes = 0
         self.paused_own = False
         self.paused_global = False
+        # Publish rate limits holding this connection (broker/throttle.py), counted.
+        self.rate_limited = 0
         self.closed = False
 
     def started(self, nbytes: int) -> None:
@@ -78,10 +93,23 @@ class ConnectionPublishes:
         self.closed = True
         self._throttle.detach(self)
 
+    def throttle(self) -> None:
+        """A publish rate limit holds the connection (one more hold)."""
+        self.rate_limited += 1
+        if self.rate_limited == 1:
+            self.apply()
+
+    def unthrottle(self) -> None:
+        """A publish rate limit lets go (reading resumes when none holds it)."""
+        self.rate_limited -= 1
+        if self.rate_limited == 0:
+            self.apply()
+
     def apply(self) -> None:
-        """Pause or resume the connection as the two limits say."""
+        """Pause or resume the connection as the limits say."""
         if not self.closed:
-            self.conn.set_reading(not (self.paused_own or self.paused_global))
+            paused = self.paused_own or self.paused_global or self.rate_limited > 0
+            self.conn.set_reading(not paused)
 
 
 class PublishThrottle:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, SubType
+from keyshared.broker.dispatch.base import LoopScheduler
 from keyshared.broker.dispatch.nonpersistent import (
     KeySharedDispatcher,
     SharedDispatcher,
@@ -25,6 +26,7 @@ from keyshared.broker.entry_meta import EntryMeta, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import MESSAGE_ID, NonPersistentTopic, NonPersistentTopics
 from keyshared.broker.policies import PolicyService
+from keyshared.broker.rate_limits import BrokerRateLimits
 from keyshared.broker.topic import Producer
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
@@ -283,11 +285,13 @@ def entry_bytes(key: str, batch: int = 0) -> bytes:
 
 def new_topic() -> NonPersistentTopic:
     config = BrokerConfig()
+    policies = PolicyService(MetadataStore(":memory:"), config)
     service: Any = SimpleNamespace(
         config=config,
         partitions_of=lambda _name: 0,
         namespace_exists=lambda _ns: True,
-        policies=PolicyService(MetadataStore(":memory:"), config),
+        policies=policies,
+        rate_limits=BrokerRateLimits(config, policies, LoopScheduler()),
     )
     registry = NonPersistentTopics(service)
     return registry.get(TopicName.parse("non-persistent://public/default/t"), create=True)

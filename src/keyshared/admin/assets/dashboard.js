@@ -203,8 +203,11 @@
       metric("backlog", fmtInt(t.msgBacklog), "msgs") +
       sparkline(t.name));
     setHTML(prods, t.publishers.length
-      ? '<span class="muted">producers:</span> ' + t.publishers.map((p) => '<span class="p"><b>' + esc(p.producerName) + "</b> " +
-          fmtRate(p.msgRateIn) + " msg/s</span>").join("")
+      ? '<span class="muted">producers:</span> ' + t.publishers.map((p) =>
+          '<span class="p' + (p.rateLimited ? ' throttled" title="a publish rate limit holds this producer: its sends wait' : "") +
+          '" data-producer="' + esc(p.producerName) + '"><b>' + esc(p.producerName) + "</b> " +
+          fmtRate(p.msgRateIn) + " msg/s" + (p.rateLimited ? ' <span class="badge throttled">rate-limited</span>' : "") +
+          "</span>").join("")
       : '<span class="p">no producers</span>') +
       (t.schema
         ? ' <span class="p schema" title="' + esc(t.schema.data) + '"><span class="muted">schema:</span> <b>' +

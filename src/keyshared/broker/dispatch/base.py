@@ -107,6 +107,7 @@ class Dispatcher:
             self.config.dispatcherRetryBackoffMaxTimeInMs,
         )
         self._backoff_handle: TimerHandle | None = None
+        self._throttle_handle: TimerHandle | None = None
 
     # --- to be provided by subclasses ----------------------------------------------------
     def add_consumer(self, consumer: Consumer) -> None:
@@ -167,6 +168,26 @@ class Dispatcher:
             self.read_more()
 
         self._backoff_handle = self.scheduler.call_later(self.backoff.next(), fire)
+
+    def rate_budget(self, wanted: int) -> int:
+        """How many of ``wanted`` entries the dispatch rate limits let a read take now.
+
+        0 means throttled: nothing may be read, and a read is scheduled for when the limits
+        have refilled (Pulsar reschedules the read too). Throttling only delays reads, so
+        every ordering rule of the dispatchers holds as without it.
+        """
+        throttle = self.subscription.dispatch_throttle
+        if throttle is None:
+            return wanted
+        allowed = throttle.budget(wanted)
+        if allowed <= 0 and self._throttle_handle is None and not self.closed:
+
+            def fire() -> None:
+                self._throttle_handle = None
+                self.read_more()
+
+            self._throttle_handle = self.scheduler.call_later(throttle.retry_delay(), fire)
+        return allowed
 
     def _run_read(self) -> None:
         self._read_scheduled = False
@@ -254,6 +275,8 @@ class Dispatcher:
                 pending[pos] = PendingAck(meta.num_messages, self.pending_hash(meta))
         consumer.record_sent(len(out), messages, acked_indexes, nbytes)
         topic.record_out(messages - acked_indexes, nbytes)
+        if sub.dispatch_throttle is not None:
+            sub.dispatch_throttle.dispatched(messages - acked_indexes, nbytes)
         consumer.transport.send_messages(consumer, out)
         return messages
 
@@ -263,3 +286,6 @@ class Dispatcher:
         if self._backoff_handle is not None:
             self._backoff_handle.cancel()
             self._backoff_handle = None
+        if self._throttle_handle is not None:
+            self._throttle_handle.cancel()
+            self._throttle_handle = None

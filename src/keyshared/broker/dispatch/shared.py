@@ -267,7 +267,9 @@ class SharedDispatcher(Dispatcher):
         permits = self.total_permits()
         if permits <= 0:
             return
-        n = min(permits, self.read_batch_size)
+        n = self.rate_budget(min(permits, self.read_batch_size))
+        if n <= 0:
+            return
         self._move_due_to_replay()
         if len(self.replay) and not self.have_pending_replay_read:
             positions = self.replay_candidates(n)

@@ -93,7 +93,9 @@ class SingleActiveDispatcher(Dispatcher):
         permits = active.dispatch_permits()
         if permits <= 0:
             return
-        n = min(permits, self.read_batch_size)
+        n = self.rate_budget(min(permits, self.read_batch_size))
+        if n <= 0:
+            return
         self.have_pending_read = True
         if active.read_compacted:
             read = self.subscription.topic.compactor.read_entries_or_wait(self.cursor, n, active)
