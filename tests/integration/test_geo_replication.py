@@ -530,6 +530,7 @@ def test_unloaded_topic_goes_on_replicating(pair: tuple[BrokerProcess, BrokerPro
         client.create_producer(topic, batching_enabled=False).send(b"m2")
     finally:
         client.close()
-    a.restart()
+    a.stop()
     b.start(same_ports=True)
+    a.start(same_ports=True)
     assert [m.data() for m in _read_all(b, topic, 1)] == [b"m2"]
