@@ -57,21 +57,20 @@ def test_cluster_lifecycle_codes_and_persistence(fresh_broker: BrokerProcess) ->
     ok(b, "PUT", "/admin/v2/tenants/acme", {"allowedClusters": ["standalone", "remote"]})
     assert b.admin("DELETE", "/admin/v2/clusters/remote") == (412, {"reason": "Cluster not empty"})
     assert b.admin("DELETE", "/admin/v2/clusters/standalone")[0] == 412
-    # A namespace's replication clusters: known, allowed, and this cluster only until
-    # geo-replication exists (refused by name, never silently accepted).
+    # A namespace's replication clusters: known and allowed (geo-replication itself is
+    # tested in test_geo_replication.py).
     body = {"replication_clusters": ["standalone", "remote"]}
-    status, answer = b.admin("PUT", "/admin/v2/namespaces/acme/ns", body)
-    assert status == 501 and answer["reason"].endswith(": remote")
-    ok(b, "PUT", "/admin/v2/namespaces/acme/ns", {"replication_clusters": ["standalone"]})
+    ok(b, "PUT", "/admin/v2/namespaces/acme/ns", body)
     replication = "/admin/v2/namespaces/acme/ns/replication"
-    assert ok(b, "GET", replication) == ["standalone"]
-    assert b.admin("POST", replication, ["remote"])[0] == 501
+    assert ok(b, "GET", replication) == ["remote", "standalone"]
+    assert b.admin("POST", replication, ["remote"]) == (204, None)
+    assert ok(b, "GET", replication) == ["remote"]
     assert b.admin("POST", replication, ["c2"])[0] == 412
     assert b.admin("POST", replication, [])[0] == 412
     assert b.admin("POST", replication, ["standalone"]) == (204, None)
     ok(b, "DELETE", "/admin/v2/namespaces/acme/ns")
     ok(b, "POST", "/admin/v2/tenants/acme", {"allowedClusters": ["standalone"]})
-    status, answer = b.admin("POST", replication.replace("acme/ns", "acme/nope"), ["standalone"])
+    status, _ = b.admin("POST", replication.replace("acme/ns", "acme/nope"), ["standalone"])
     assert status == 404
     ok(b, "PUT", "/admin/v2/clusters/spare", {})
     b.restart()

@@ -21,6 +21,7 @@ from keyshared.admin.routes_namespaces import namespace_routes
 from keyshared.admin.routes_nonpersistent import nonpersistent_routes
 from keyshared.admin.routes_quotas import quota_routes
 from keyshared.admin.routes_rates import rate_routes
+from keyshared.admin.routes_replication import replication_routes
 from keyshared.admin.routes_schemas import schema_routes
 from keyshared.admin.routes_sub_types import sub_types_routes
 from keyshared.admin.routes_subscriptions import subscription_routes
@@ -73,6 +74,7 @@ def create_app(service: BrokerService) -> FastAPI:
     app.include_router(cluster_routes(service))
     app.include_router(namespace_routes(service))
     app.include_router(topic_routes(service))
+    app.include_router(replication_routes(service))
     app.include_router(subscription_routes(service))
     app.include_router(compaction_routes(service))
     app.include_router(sub_types_routes(service))

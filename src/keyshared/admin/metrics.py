@@ -77,6 +77,22 @@ _TOPIC_GAUGES: tuple[tuple[str, str, str], ...] = (
 _EVICTIONS = "pulsar_storage_backlog_quota_exceeded_evictions_total"
 _EVICTIONS_DOC = "Times the backlog was evicted for exceeding its quota, by quota_type"
 
+# Per remote cluster (label ``remote_cluster``), from the topic stats' ``replication`` section.
+_REPLICATION_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("pulsar_replication_rate_in", "msgRateIn", "Messages received from the remote per second"),
+    ("pulsar_replication_rate_out", "msgRateOut", "Messages sent to the remote per second"),
+    ("pulsar_replication_throughput_in", "msgThroughputIn", "Bytes received from the remote/s"),
+    ("pulsar_replication_throughput_out", "msgThroughputOut", "Bytes sent to the remote/s"),
+    ("pulsar_replication_backlog", "replicationBacklog", "Entries not yet replicated"),
+    ("pulsar_replication_connected_count", "connected", "1 while the replicator is connected"),
+    ("pulsar_replication_rate_expired", "msgRateExpired", "Replication messages expired/s"),
+    (
+        "pulsar_replication_delay_in_seconds",
+        "replicationDelayInSeconds",
+        "Age of the oldest message not yet replicated",
+    ),
+)
+
 _SUBSCRIPTION_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("pulsar_subscription_back_log", "msgBacklog", "Messages in the subscription's backlog"),
     (
@@ -285,6 +301,8 @@ class BrokerCollector(Collector):
                 sum(s["msgBacklog"] for s in subs.values()),
                 "Messages in the backlogs of all subscriptions",
             )
+            for remote, rep in stats["replication"].items():
+                fam.add_all(_REPLICATION_GAUGES, rep, labels | {"remote_cluster": remote})
             if producers_on:
                 for p in stats["publishers"]:
                     p_labels = labels | {

@@ -27,6 +27,7 @@ from keyshared.admin.policy_models import (
 )
 from keyshared.admin.rest import Resolver, RestError, check_name, no_content
 from keyshared.admin.routes_quotas import check_retention_fits
+from keyshared.admin.routes_replication import check_replication_clusters as check_clusters
 from keyshared.admin.routes_tenants import delete_namespace_data
 from keyshared.admin.topic_ops import unload_topic
 from keyshared.broker.backlog_quota import POLICY_NAME as BACKLOG_QUOTAS
@@ -64,37 +65,12 @@ def namespace_routes(service: BrokerService) -> APIRouter:
         record = policies.flat()
         clusters = policies.replication_clusters()
         if clusters:
-            record["replication_clusters"] = check_replication_clusters(tenant, clusters)
+            record["replication_clusters"] = check_clusters(service, tenant, clusters)
         auth = policies.auth_policies()
         if auth is not None:
             record["auth_policies"] = auth
         store.create_namespace(ns, record)
         return no_content()
-
-    def check_replication_clusters(tenant: str, clusters: list[str]) -> list[str]:
-        """Pulsar's checks: every cluster known (412) and allowed by the tenant (403); then
-        501 for another cluster than this one."""
-        unknown = [c for c in clusters if not service.clusters.exists(c)]
-        if unknown:
-            raise RestError(412, f"Clusters do not exist: {', '.join(unknown)}")
-        allowed = service.tenant_allowed_clusters(tenant)
-        for c in clusters:
-            if allowed and c not in allowed:
-                raise RestError(
-                    403,
-                    f"Cluster {c} is not in the list of allowed clusters list for tenant "
-                    f"[{tenant}]",
-                )
-        # The storage is ready for geo-replication; until it replicates, saying it does would
-        # be a silent success.
-        remote = [c for c in clusters if c != service.clusters.local]
-        if remote:
-            raise RestError(
-                501,
-                f"Replication to other clusters is not implemented by keyshared: "
-                f"{', '.join(remote)}",
-            )
-        return clusters
 
     @router.get(_NS)
     async def get_policies(tenant: str, namespace: str) -> Any:
@@ -161,13 +137,13 @@ def namespace_routes(service: BrokerService) -> APIRouter:
     async def set_replication_clusters(
         tenant: str, namespace: str, clusters: Annotated[list[str], Body()]
     ) -> Response:
-        """Set the namespace's ``replication_clusters`` (each known and allowed by the tenant;
-        501 naming a cluster other than this one, as replication is not implemented yet)."""
+        """Set the namespace's ``replication_clusters`` (each known and allowed by the tenant):
+        its topics start replicating to the other clusters named (``broker/replication``)."""
         ns = resolve.namespace(tenant, namespace)
         if not clusters:
             raise RestError(412, "ClusterIds should not be null or empty")
         store.set_namespace(
-            ns, "replication_clusters", check_replication_clusters(tenant, sorted(set(clusters)))
+            ns, "replication_clusters", check_clusters(service, tenant, sorted(set(clusters)))
         )
         return no_content()
 

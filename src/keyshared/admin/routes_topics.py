@@ -35,6 +35,7 @@ from keyshared.admin.routes_quotas import check_retention_fits
 from keyshared.admin.topic_ops import unload_topic
 from keyshared.broker.backlog_quota import POLICY_NAME as BACKLOG_QUOTAS
 from keyshared.broker.errors import BrokerError
+from keyshared.broker.replication import merge_replication_stats
 from keyshared.broker.service import BrokerService
 from keyshared.broker.topic_name import TopicName
 
@@ -405,6 +406,7 @@ def aggregate_partitioned(n: int, parts: dict[str, Any], *, per_partition: bool)
                 agg[k] += s[k]
             agg["consumers"].extend(s["consumers"])
     out["subscriptions"] = subs
+    out["replication"] = merge_replication_stats(st["replication"] for st in parts.values())
     out["averageMsgSize"] = (
         out["bytesInCounter"] / out["msgInCounter"] if out["msgInCounter"] else 0
     )

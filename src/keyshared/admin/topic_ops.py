@@ -27,6 +27,9 @@ async def unload_topic(service: BrokerService, topic: PersistentTopic) -> None:
     await topic.close()
     if service.topics.get(topic.name.full) is topic:
         del service.topics[topic.name.full]
+    # A replicated topic is loaded again at once, so that its replicators go on without
+    # waiting for a client (as the broker that takes over a bundle loads replicated topics).
+    service.load_replicated_topics()
 
 
 def nth_unacked(sub: Subscription, n: int) -> Position | None:

@@ -144,6 +144,9 @@ def _usage(topic: PersistentTopic) -> tuple[int, int, int]:
     backlog = sum(s.cursor.number_of_entries_in_backlog for s in subs)
     connected = len(topic.producers) + topic.producers.access.waiting_count
     connected += sum(len(s.consumers) for s in subs)
+    # A replicator with entries still to send is in use (Pulsar's checkGC does not collect a
+    # replicated topic before its replicators caught up): deleting would lose them.
+    connected += sum(1 for r in topic.replication.replicators.values() if r.backlog)
     return len(topic.subscriptions), backlog, connected
 
 

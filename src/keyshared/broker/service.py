@@ -21,6 +21,7 @@ from keyshared.broker.nonpersistent_topic import (
 from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # re-exported
 from keyshared.broker.policies import PolicyService
 from keyshared.broker.rate_limits import BrokerRateLimits
+from keyshared.broker.replication import replicated_topics
 from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
@@ -66,6 +67,19 @@ class BrokerService:
         # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
         for topic in list(self.topics.values()):
             topic.on_policies_changed()
+        self.load_replicated_topics()
+
+    def load_replicated_topics(self) -> None:
+        """Load every persistent topic replicated to another cluster (by its namespace or its
+        own policy), so that its replicators run with no client attached (after a restart
+        too), as Pulsar loads a replicated namespace's topics when it owns them."""
+        for name in replicated_topics(self):
+            if name.full in self.topics:
+                continue
+            try:
+                self.get_topic(name, create=False)
+            except BrokerError as exc:
+                log.warning("cannot load replicated topic %s: %s", name, exc)
 
     # --- tenants and namespaces ------------------------------------------------------------
     def create_default_namespace(self) -> None:
@@ -254,6 +268,7 @@ class BrokerService:
                 ServerError.NotAllowedError, f"Topic {name} has active producers/subscriptions"
             )
         await topic.close()
+        topic.replication.delete()
         for sub in list(topic.subscriptions):
             topic.remove_subscription(sub)
         if topic.dedup is not None:
@@ -289,6 +304,9 @@ class BrokerService:
             self._tasks.append(asyncio.ensure_future(backlog_quota.monitor(self)))
         if self.config.brokerDeleteInactiveTopicsEnabled:
             self._tasks.append(asyncio.ensure_future(inactive_topics.monitor(self)))
+        self.load_replicated_topics()
+        for topic in self.topics.values():
+            topic.replication.start()
 
     async def _flush_loop(self) -> None:
         # Each cursor rate-limits itself (managedLedgerDefaultMarkDeleteRateLimit); asking every

@@ -19,6 +19,11 @@ from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_m
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.producer_access import AccessMode, Admission, ProducerAccess, WaitCallback
 from keyshared.broker.rates import RateMeter
+from keyshared.broker.replication import (
+    REPLICATOR_PREFIX,
+    TopicReplication,
+    dedup_producer_name,
+)
 from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
@@ -156,6 +161,7 @@ class PersistentTopic:
             self._enable_dedup()
         self._restore_subscriptions()
         self.compactor = Compactor(self)
+        self.replication = TopicReplication(self)
         self.backlog_quota = TopicBacklogQuota(self)
         # When the topic was last seen in use (monotonic), for inactive-topic deletion.
         self.last_active = time.monotonic()
@@ -264,6 +270,7 @@ class PersistentTopic:
         """A policy changed: apply it to this loaded topic, and let every dispatcher look
         again (e.g. a pause lifted). Retention and TTL are read where they are used."""
         self._apply_dedup_policy()
+        self.replication.update()
         for sub in self.subscriptions.values():
             sub.apply_unacked_limits()  # kicks its dispatcher too
 
@@ -353,7 +360,9 @@ class PersistentTopic:
             on_done(pos, exc)
 
         try:
-            at = dedup.publish(producer.producer_name, data, self.ledger.add_entry, answered)
+            # A remote cluster's replicator is deduplicated by the original producer's name.
+            name = dedup_producer_name(producer.producer_name, data)
+            at = dedup.publish(name, data, self.ledger.add_entry, answered)
         except StorageError as exc:
             # The send was only classified: nothing to undo.
             self._refused(producer, exc, on_done)
@@ -412,6 +421,12 @@ class PersistentTopic:
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         check_enabled(self.name.full, sub_type, self.enabled_sub_types())
+        if subscription.startswith(REPLICATOR_PREFIX):
+            # The replicators' cursors bear these names (Pulsar refuses them too).
+            raise BrokerError(
+                ServerError.NotAllowedError,
+                "Subscription with reserved subscription name attempted",
+            )
         limits.check_subscribe(self.service.policies, self.name, self.subscriptions, subscription)
         sub = self.subscriptions.get(subscription)
         if sub is None:
@@ -529,6 +544,7 @@ class PersistentTopic:
         if not ledgers:
             return []
         durable = [s.cursor for s in self.subscriptions.values() if s.durable]
+        durable += self.replication.cursors()
         if durable:
             bound = ledger.next_position(min(c.mark_delete_position for c in durable))
         else:
@@ -623,6 +639,7 @@ class PersistentTopic:
         for sub in self.subscriptions.values():
             if sub.durable and sub.cursor.is_dirty:
                 sub.cursor.persist()
+        self.replication.flush()
 
     async def last_message_id(self) -> tuple[Position, int]:
         """The last stored position and its last batch index (-1 when not a batch)."""
@@ -674,7 +691,7 @@ class PersistentTopic:
             "topicEpoch": self.producers.access.topic_epoch,
             "publishers": publishers,
             "subscriptions": subs,
-            "replication": {},
+            "replication": self.replication.stats(),
             "deduplicationStatus": "Enabled" if self.dedup is not None else "Disabled",
             "nonContiguousDeletedMessagesRanges": sum(
                 s["nonContiguousDeletedMessagesRanges"] for s in subs.values()
@@ -695,6 +712,8 @@ class PersistentTopic:
             c["subscriptionHavePendingRead"] = bool(disp and disp.have_pending_read)
             c["subscriptionHavePendingReplayRead"] = bool(disp and disp.have_pending_replay_read)
             cursors[name] = c
+        for rep in self.replication.replicators.values():
+            cursors[rep.cursor.name] = rep.cursor.internal_stats()
         return {
             "entriesAddedCounter": ledger.number_of_entries,
             "numberOfEntries": ledger.number_of_entries,
@@ -733,6 +752,7 @@ class PersistentTopic:
         for cursor in self._reset_cursors.values():
             cursor.close()
         self._reset_cursors.clear()
+        await self.replication.close()
         if self.dedup is not None and self._held is None:
             self.dedup.snapshot()
         await self.compactor.close()

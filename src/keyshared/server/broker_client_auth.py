@@ -17,96 +17,27 @@ other plugin is refused at start-up by name.
 
 from __future__ import annotations
 
-import base64
-import json
-from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import urlparse
-
+from keyshared.broker.client_credentials import (
+    ClientCredentials,
+    CredentialsError,
+    client_credentials,
+)
 from keyshared.broker.errors import BrokerError
 from keyshared.config import BrokerConfig, ConfigError
 from keyshared.server.auth_service import AuthenticationService
 
-_PLUGINS = {
-    "org.apache.pulsar.client.impl.auth.AuthenticationToken": "token",
-    "org.apache.pulsar.client.impl.auth.AuthenticationBasic": "basic",
-    "org.apache.pulsar.client.impl.auth.AuthenticationTls": "tls",
-    "token": "token",
-    "basic": "basic",
-    "tls": "tls",
-}
 
-
-@dataclass(frozen=True, slots=True)
-class BrokerClientCredentials:
-    """What the broker's own client presents: a method name and its credential bytes."""
-
-    method: str
-    """``none``, ``token``, ``basic`` or ``tls``."""
-    data: bytes
-    """The token, ``user:password``, or the certificate's CN for ``tls``."""
-
-
-def broker_client_credentials(cfg: BrokerConfig) -> BrokerClientCredentials:
+def broker_client_credentials(cfg: BrokerConfig) -> ClientCredentials:
     """The configured credentials; a ConfigError names a plugin or parameters it cannot use."""
-    plugin = cfg.brokerClientAuthenticationPlugin.strip()
-    params = cfg.brokerClientAuthenticationParameters.strip()
-    if not plugin:
-        return BrokerClientCredentials("none", b"")
-    kind = _PLUGINS.get(plugin)
-    if kind is None:
-        raise ConfigError(
-            f"brokerClientAuthenticationPlugin={plugin} is not supported; use one of "
-            + ", ".join(p for p in _PLUGINS if "." in p)
-        )
     try:
-        if kind == "token":
-            return BrokerClientCredentials("token", _token(params).encode())
-        if kind == "basic":
-            fields = json.loads(params)
-            user, password = str(fields["userId"]), str(fields["password"])
-            return BrokerClientCredentials("basic", f"{user}:{password}".encode())
-        return BrokerClientCredentials("tls", _certificate_cn(_tls_cert_path(params)).encode())
-    except (ValueError, KeyError, TypeError, OSError) as exc:
-        raise ConfigError(
-            f"brokerClientAuthenticationParameters cannot be used with {plugin}: {exc}"
-        ) from exc
-
-
-def _token(params: str) -> str:
-    if params.startswith("{"):
-        return str(json.loads(params)["token"])
-    if params.startswith("token:"):
-        return params.removeprefix("token:").strip()
-    if params.startswith("file:"):
-        return Path(urlparse(params).path).read_text().strip()
-    if params.startswith("data:"):
-        _, _, payload = params.partition(",")
-        return base64.b64decode(payload).decode().strip() if ";base64" in params else payload
-    if not params:
-        raise ValueError("no token")
-    return params
-
-
-def _tls_cert_path(params: str) -> str:
-    if params.startswith("{"):
-        return str(json.loads(params)["tlsCertFile"])
-    for item in params.split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "tlsCertFile":
-            return value.strip()
-    raise ValueError("no tlsCertFile")
-
-
-def _certificate_cn(path: str) -> str:
-    from cryptography import x509
-    from cryptography.x509.oid import NameOID
-
-    cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    if not names:
-        raise ValueError(f"{path} has no common name")
-    return str(names[0].value)
+        return client_credentials(
+            cfg.brokerClientAuthenticationPlugin,
+            cfg.brokerClientAuthenticationParameters,
+            plugin_key="brokerClientAuthenticationPlugin",
+            params_key="brokerClientAuthenticationParameters",
+        )
+    except CredentialsError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def broker_client_role(
