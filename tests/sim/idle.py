@@ -39,11 +39,13 @@ from tests.sim.world import payload_meta
 if TYPE_CHECKING:
     from tests.sim.simulator import Client, Simulation
 
-# More loop steps than a probe needs (it stops at rest long before); a schedule that still
-# runs after that many without time passing is a busy loop, which the final phase reports.
-PROBE_LIMIT = 5_000
-# How long (virtual seconds) the broker may keep retrying before the probe stops looking.
-HORIZON = 2.0
+# Loop steps (a callback, a read or a timer) a probe may take. Most settle within a few dozen;
+# one that has not settled by then is a dispatcher retrying a read that sends nothing (a hash
+# blocked while its consumer has permits, with dispatcherRetryBackoff* of 0 even without time
+# passing): it is not idle, so the probe gives no verdict and the final phase takes over.
+PROBE_LIMIT = 600
+# How long (virtual seconds) the probe lets the broker retry before it stops looking.
+HORIZON = 0.5
 
 
 def probe(sim: Simulation) -> str | None:
