@@ -70,6 +70,7 @@ from keyshared.storage import batch_ack
 from keyshared.storage.cursor import CursorConfig, ManagedCursor
 from keyshared.storage.memory import ControlledReader, InMemoryLedger, MemoryCursorStore
 from keyshared.storage.position import EARLIEST, LATEST, Position
+from tests.sim import idle
 from tests.sim.loop import SimLoop
 from tests.sim.world import InjectedReadError, SimTopic, SimTransport, payload, payload_meta
 
@@ -431,6 +432,10 @@ class Simulation:
                     self.step()
                     self.check_step()
                 self.step_no += 1
+                stall = idle.probe(self)
+                if stall is not None:
+                    raise Violation(stall)
+                self.check_step()
                 self.finish()
         except SimFailure:
             raise
