@@ -402,3 +402,63 @@ def test_a_busy_consumers_queued_entries_do_not_block_anothers(dispatcher: str) 
         t.wait_until(lambda: len(t.positions_of("c2", KEY_B)) == 2, timeout=1.0)
     finally:
         t.close()
+
+
+@pytest.mark.parametrize(
+    ("dispatcher", "flag"),
+    [("last_sent", "_stuck_on_replays"), ("pip379", "_skip_next_replay")],
+    ids=["classic", "pip379"],
+)
+def test_the_read_ahead_skip_is_not_spent_while_a_read_waits_at_the_tail(
+    dispatcher: str, flag: str
+) -> None:
+    """Found by the no-idle-stall probe once it judged classic seeds too: after a replay round
+    that sent nothing the next round skips the replay to read ahead; a FLOW arriving then, with a
+    normal read already waiting at the tail, spent the skip on nothing, and the queued entry of
+    the consumer that had just got permits waited for the next publish."""
+    t = Timeline(dispatcher)
+    try:
+        t.join("c1", 1000)
+        c2 = t.join("c2", 0)
+        b0 = t.publish(KEY_B)
+        d = t.sub.dispatcher
+        assert isinstance(d, KeySharedDispatcher) and d.have_pending_read
+        assert list(d.replay.iter_positions()) == [b0]
+        setattr(d, flag, True)  # a replay round just sent nothing (c2 had no permits)
+        c2.add_permits(1)
+        d.consumer_flow(c2, 1)
+        t.settle()
+        assert t.positions_of("c2", KEY_B) == [b0]
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("dispatcher", ["last_sent", "pip379"], ids=["classic", "pip379"])
+@pytest.mark.parametrize("operation", ["skip", "clear_backlog"])
+def test_an_admin_skip_does_not_free_a_key_its_consumer_still_holds(
+    dispatcher: str, operation: str
+) -> None:
+    """apache/pulsar#25627, open upstream and reproduced here by the bug-zoo work: an admin skip
+    (or clear-backlog) acked entries a consumer was still processing and dropped them from its
+    pending acks, so a key moving to a new consumer was freed at once: the new consumer got
+    the key's next entry while the old one still processed earlier ones. The entries stay held
+    until their consumer acks them (its client still will) or leaves."""
+    t = Timeline(dispatcher)
+    try:
+        t.join("c1", 1000)
+        t.join("c2", 1000)
+        a0, a1 = t.publish(KEY_A), t.publish(KEY_A)
+        assert t.positions_of("c1", KEY_A) == [a0, a1]
+        t.join("c3", 1000)  # key a moves to c3 while c1 holds a0 and a1
+        a2 = t.publish(KEY_A)
+        assert t.positions_of("c3", KEY_A) == []
+        if operation == "skip":
+            t.sub.skip(2)
+        else:
+            t.sub.clear_backlog()
+        a3 = t.publish(KEY_A)
+        assert t.positions_of("c3", KEY_A) == [], "c1 still processes a0 and a1"
+        t.ack_all("c1")
+        assert t.positions_of("c3", KEY_A) == ([a2, a3] if operation == "skip" else [a3])
+    finally:
+        t.close()

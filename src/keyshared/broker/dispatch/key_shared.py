@@ -223,9 +223,12 @@ class KeySharedDispatcher(SharedDispatcher):
         """Queued positions whose consumer has room and whose hash is not blocked."""
         if self._skip_next_replay:
             self._skip_next_replay = False
-            return []
-        if self.allow_out_of_order:
-            return super().replay_candidates(max_entries)
+            # Only when a read ahead can start now (see the classic dispatcher's twin).
+            if not self.have_pending_read and self.normal_read_allowed():
+                return []
+        # With allowOutOfOrderDelivery too: a head of entries for consumers without permits must
+        # not keep a consumer with permits from what is queued for it behind them.
+        ordered = not self.allow_out_of_order
         budgets: dict[Consumer, int] = {}
         out: list[Position] = []
         replay = self.replay
@@ -240,7 +243,7 @@ class KeySharedDispatcher(SharedDispatcher):
                     budget = budgets[c] = self.permits_of(c)
                 if budget <= 0:
                     continue
-                if self.draining is not None and self.draining.would_block(c, h):
+                if ordered and self.draining is not None and self.draining.would_block(c, h):
                     continue
                 budgets[c] = budget - 1
             out.append(pos)

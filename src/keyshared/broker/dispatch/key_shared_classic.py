@@ -241,7 +241,10 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         entries all go to one consumer, so all of them are skipped or none."""
         if self._stuck_on_replays:
             self._stuck_on_replays = False
-            return []
+            # Only when a read ahead can start now: with a normal read already out (waiting at
+            # the tail), skipping used up the trigger and nothing moved until the next publish.
+            if not self.have_pending_read and self.normal_read_allowed():
+                return []
         return super().replay_candidates(max_entries)
 
     def filter_and_group(
