@@ -199,6 +199,8 @@ def test_every_name_in_a_fresh_data_directory_is_synced_before_a_confirmation(
         broker.close()
 
 
+# A round is a broker start, up to 1.5 s of load and a cut: ~4 s, more on a loaded machine.
+@pytest.mark.timeout(60 + 12 * CUTS)
 def test_power_cuts_under_key_shared_load_lose_no_confirmed_message(
     mount: Control, power_seed: int
 ) -> None:
@@ -220,15 +222,20 @@ def test_power_cuts_under_key_shared_load_lose_no_confirmed_message(
     redelivered: list[str] = []
     try:
         for rnd in range(CUTS):
+            started = time.monotonic()
             broker.start(timeout=60)
+            up = time.monotonic() - started
             if rnd % 5 == 4:
                 # Compaction rewrites the topic's compacted ledger while the load runs.
                 broker.admin("PUT", f"/admin/v2/persistent/{topic[13:]}/compaction")
             run_round(broker, book, topic, rnd, rng, persisted, redelivered)
             mode = rng.choice(MODES)
             modes[mode] += 1
-            for what, count in mount.cut(mode, rng.randrange(1 << 32)).items():
+            counts = mount.cut(mode, rng.randrange(1 << 32))
+            for what, count in counts.items():
                 dropped[what] = dropped.get(what, 0) + count
+            # On a failure (a timeout on a loaded machine too) this says how far it got.
+            print(f"round {rnd}: broker up in {up:.1f} s, cut {mode} {counts}")
             # What the restarted broker starts from: an ack stored here is never undone.
             persisted = read_persisted_acks(mount.mountpoint / "data", [topic], "ks")[topic]
         broker.start(timeout=60)
