@@ -16,7 +16,8 @@ A control channel (a unix socket, one command a line, answered ``ok ...`` or ``e
   unsynced write but the last of each file, and of that last one only a (seeded) prefix, and
   keeps every unsynced directory entry; ``pages`` writes back a seeded random subset of the
   unsynced 4 KiB pages (in no particular order: a later page may survive an earlier one) and of
-  the unsynced directory entries. Afterwards the mount shows only what was kept; open handles
+  the unsynced directory entries (a rename counts as one entry: it reaches the disk whole or not
+  at all, as on every journaling file system). Afterwards the mount shows only what was kept; open handles
   are dead (the machine rebooted).
 * ``fail_fsync GLOB``: an fsync of a path matching the glob (``fnmatch`` on the path inside the
   mount, e.g. ``*/ledgers/*``) fails with EIO, and the file's unsynced data is dropped, as a
@@ -626,8 +627,9 @@ class LazyFS:
         with self.lock:
             n = self._lookup(path)
             if self._fsync_fault(path):
+                # The names stay visible (the kernel's view is not undone); they are simply
+                # not durable, so the next cut drops them unless a later fsync succeeds.
                 self.counts["failed_fsyncs"] += 1
-                n.live = dict(n.durable)
                 raise OSError(errno.EIO, path)
             n.durable = dict(n.live)
             self.renames = [r for r in self.renames if n.ino not in (r[0], r[2])]

@@ -258,3 +258,20 @@ def test_a_rename_reaches_the_disk_whole_or_not_at_all(tmp_path: Path) -> None:
             fs.rename("/new", "/old")
             fs.fsyncdir("/", 0, 0)
     assert len(seen) == 2  # both outcomes happen
+
+
+def test_a_failed_directory_fsync_leaves_the_names_visible_but_not_durable(
+    tmp_path: Path,
+) -> None:
+    fs = LazyFS(tmp_path)
+    fs.mkdir("/d", 0o755)
+    fs.fsyncdir("/", 0, 0)
+    fs.release("/d/f", fs.create("/d/f", 0o644, 0))
+    fs.command("fail_fsync /d")
+    with pytest.raises(OSError) as exc:
+        fs.fsyncdir("/d", 0, 0)
+    assert exc.value.errno == errno.EIO
+    assert "f" in fs.readdir("/d", 0)
+    fs.command("fail_fsync")
+    fs.cut("all", 0)
+    assert fs.readdir("/d", 0) == [".", ".."]
