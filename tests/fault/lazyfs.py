@@ -17,8 +17,8 @@ A control channel (a unix socket, one command a line, answered ``ok ...`` or ``e
   keeps every unsynced directory entry; ``pages`` writes back a seeded random subset of the
   unsynced 4 KiB pages (in no particular order: a later page may survive an earlier one) and of
   the unsynced directory entries (a rename counts as one entry: it reaches the disk whole or not
-  at all, as on every journaling file system). Afterwards the mount shows only what was kept; open handles
-  are dead (the machine rebooted).
+  at all, as on every journaling file system). Afterwards the mount shows only what was kept;
+  open handles are dead (the machine rebooted).
 * ``fail_fsync GLOB``: an fsync of a path matching the glob (``fnmatch`` on the path inside the
   mount, e.g. ``*/ledgers/*``) fails with EIO, and the file's unsynced data is dropped, as a
   kernel does after a failed write-back; ``fail_fsync`` alone stops failing.
