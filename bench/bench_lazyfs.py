@@ -22,7 +22,7 @@ import pulsar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.broker_process import BrokerProcess, quiet_logger
-from tests.fault import fuse_available, lazy_mount
+from tests.fault import fuse_available, mounted
 
 
 def publish_rate(data_dir: Path, messages: int, batched: bool) -> float:
@@ -62,8 +62,12 @@ def main() -> int:
         for _ in range(args.runs):
             with tempfile.TemporaryDirectory() as tmp:
                 rates["plain"].append(publish_rate(Path(tmp) / "data", args.messages, batched))
-            with tempfile.TemporaryDirectory() as tmp, lazy_mount(Path(tmp)) as mount:
-                rates["lazyfs"].append(publish_rate(mount.mnt / "data", args.messages, batched))
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                mounted(Path(tmp) / "backing", Path(tmp) / "mnt") as mount,
+            ):
+                data = mount.mountpoint / "data"
+                rates["lazyfs"].append(publish_rate(data, args.messages, batched))
         results[mode] = rates
         plain, lazy = statistics.median(rates["plain"]), statistics.median(rates["lazyfs"])
         print(
