@@ -21,10 +21,10 @@ now, that is:
 
 Classic seeds are probed too. While they were not, five of the 5,032 classic seeds of
 ``make test`` (4752, 4856, 9694, 14271, 14748) came to rest with an entry deliverable; each
-was a real stall, now fixed with a timeline test in test_classic_timelines.py: a replay round
-read only the queue's head when its consumers had no permits (also with
-allowOutOfOrderDelivery, on both dispatchers), and the skip-once-to-read-ahead was spent while a
-normal read already waited at the tail.
+was a real stall, now fixed: a replay round read only the queue's head when its consumers had
+no permits (also with allowOutOfOrderDelivery, on both dispatchers; seed 4752 fails without
+that fix), and the skip-once-to-read-ahead was spent while a normal read already waited at the
+tail (a timeline test in test_classic_timelines.py).
 
 Entries the broker has not read yet count only while it may read them: not while the look-ahead
 limit is reached (Pulsar's keySharedLookAheadMsgInReplayThreshold*) nor while dispatch is paused

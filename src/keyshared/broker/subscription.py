@@ -297,16 +297,29 @@ class Subscription:
         self.cursor.clear_backlog()
         self._after_manual_ack()
 
-    def _after_manual_ack(self) -> None:
-        """After an admin operation acked entries: the mark-delete position moved; dispatch
-        goes on.
+    def _after_manual_ack(self, *, release_held: bool = False) -> None:
+        """After entries were acked for the consumers: the mark-delete position moved;
+        dispatch goes on.
 
-        Entries a consumer still holds stay in its pending acks until it acks them (its client
-        is still processing them and will) or leaves: dropping them freed a Key_Shared key that
-        was moving to another consumer, which then got the key's next entry while the first
-        still processed earlier ones (apache/pulsar#25627, open upstream). Acked entries still
-        queued for replay are dropped when the replay read finds them acked."""
-        self._mark_delete_moved(self.cursor.mark_delete_position)
+        An admin skip or clear-backlog leaves the entries a consumer still holds in its pending
+        acks until it acks them (its client is still processing them and will) or leaves:
+        dropping them freed a Key_Shared key that was moving to another consumer, which then got
+        the key's next entry while the first still processed earlier ones (apache/pulsar#25627,
+        open upstream). Expiry (``release_held``) lets them go, as Pulsar does: expired messages
+        are over, and dispatch must go on even if a consumer never acks what it holds (Key_Shared
+        row 15). Acked entries still queued for replay are dropped when the replay read finds
+        them acked."""
+        cursor = self.cursor
+        if release_held:
+            for c in self.consumers:
+                pending = c.pending_acks
+                if not pending:
+                    continue
+                for pos in [p for p in pending if cursor.is_acked(p)]:
+                    pa = pending.pop(pos)
+                    self.on_pending_ack_removed(c, pos, pa.key_hash)
+                    c.release_unacked(pa.batch_size - pa.acked_indexes)
+        self._mark_delete_moved(cursor.mark_delete_position)
         self.kick_dispatch()
 
     def should_pause_on_ack_state(self) -> bool:

@@ -632,7 +632,7 @@ class PersistentTopic:
             if last_expired > cursor.mark_delete_position:
                 cursor.ack_cumulative(last_expired)
                 sub.last_expire_timestamp = int(time.time() * 1000)
-                sub._after_manual_ack()
+                sub._after_manual_ack(release_held=True)
 
     def flush_cursors(self) -> None:
         """Persist changed ack state (rate limited by each cursor)."""
