@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("modules", nargs="*", help="substrings of module names (default: all)")
     ap.add_argument("--workers", type=int, default=2, help="mutmut's --max-children")
     ap.add_argument("--seeds", type=int, default=3000, help="simulator seeds per mutant")
-    ap.add_argument("--chunk", type=int, default=60, help="mutants per mutmut invocation")
+    ap.add_argument("--chunk", type=int, default=1000, help="mutants per mutmut invocation")
     ap.add_argument("--rerun", help="run again the mutants with this status (e.g. survived)")
     args = ap.parse_args(argv)
 

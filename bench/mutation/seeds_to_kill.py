@@ -71,6 +71,16 @@ def first_failure(name: str, budget: int, timeout: float) -> int | str | None:
     return None if seed < 0 else seed
 
 
+def simulated_functions() -> set[str]:
+    """The functions the simulator calls (mutmut's stats: test -> functions it called)."""
+    stats = json.loads((MUTANTS / "mutmut-stats.json").read_text())
+    return {
+        fn
+        for fn, tests in stats["tests_by_mangled_function_name"].items()
+        if any(t.startswith("tests/sim/test_sim_schedules.py") for t in tests)
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -79,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds per mutant")
     ap.add_argument("--limit", type=int, default=0, help="measure at most this many new mutants")
+    ap.add_argument(
+        "--status",
+        default="killed",
+        help="measure mutants of this mutmut status (killed; 'any' also takes those not run yet)",
+    )
     args = ap.parse_args(argv)
 
     wanted = args.modules or list(SIM_MODULES)
@@ -86,16 +101,18 @@ def main(argv: list[str] | None = None) -> int:
     done: dict[str, dict[str, object]] = (
         json.loads(OUT.read_text())["mutants"] if OUT.exists() else {}
     )
+    sim_calls = simulated_functions()
     todo = [
         m.name
         for module in modules
         for m in load(module)
-        if m.status == "killed"
+        if (args.status == "any" or m.status == args.status)
+        and m.name.rsplit("__mutmut_", 1)[0] in sim_calls
         and (m.name not in done or done[m.name].get("budget", 0) < args.budget)
     ]
     if args.limit:
         todo = todo[: args.limit]
-    print(f"seeds_to_kill: {len(todo)} killed mutants to measure", flush=True)
+    print(f"seeds_to_kill: {len(todo)} mutants to measure", flush=True)
 
     def one(name: str) -> tuple[str, int | str | None]:
         return name, first_failure(name, args.budget, args.timeout)
