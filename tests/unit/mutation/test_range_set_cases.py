@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from keyshared.storage.cursor_codec import CursorCodecError
 from keyshared.storage.position import Position
 from keyshared.storage.range_set import RangeSet
 
@@ -31,3 +34,30 @@ def test_repr_shows_the_first_eight_ranges() -> None:
     assert repr(many).count("..") == 8 + 1
     eight = RangeSet([(P(1, 2 * i), P(1, 2 * i)) for i in range(8)])
     assert not repr(eight).endswith(", ...)")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x02\x01\x03\x01\x05\x01\x00\x03\x01\x05\x01", "range set ledgers not increasing"),
+        (b"\x01\x00\x03\x01\x05", "truncated range set"),
+        (b"\x01\x00\x03\x01\x05\x01\x07", "trailing data in range set"),
+        (b"\x01\x00\x03\x01\x05\x00", "range set boundaries not increasing"),
+        (b"\x01\x00\x03\x02\x05\x01", "corrupt range set block"),
+        # A delta of 200 takes two bytes: the varint path, not the one-byte fast path.
+        (b"\x01\x00\x06\x02\x05\xc8\x01\x00\x01", "range set boundaries not increasing"),
+    ],
+)
+def test_corrupt_input_is_refused_with_what_is_wrong(data: bytes, message: str) -> None:
+    with pytest.raises(CursorCodecError, match=f"^{message}$"):
+        RangeSet.from_bytes(data)
+
+
+def test_bad_positions_are_named() -> None:
+    rs = RangeSet()
+    with pytest.raises(ValueError, match=r"^not an entry position: 1:-1$"):
+        rs.add(P(1, -1))
+    with pytest.raises(ValueError, match=r"^range 1:0\.\.2:0 spans ledgers$"):
+        rs.add_range(P(1, 0), P(2, 0))
+    with pytest.raises(ValueError, match=r"^not an entry position: 1:-2$"):
+        rs.add_range(P(1, -2), P(1, 3))
