@@ -30,3 +30,20 @@ def test_the_dispatchers_slot_of_a_hash_is_pulsars(consistent: bool, sticky: boo
     start, end = disp.selector.key_hash_range
     for h in (0, 1, 2, end - 1, end, end + 1, 65535, 65536, 65537, 2**31 - 1, 123_456_789):
         assert disp.slot_of_hash(h) == slot_of_hash(h, start, end), h
+
+
+@pytest.mark.parametrize("mode", ["STICKY", "AUTO_SPLIT_OOO"])
+def test_no_draining_where_nothing_is_held_back(mode: str) -> None:
+    # STICKY ranges never move under a consumer, and allowOutOfOrderDelivery gives up the order
+    # draining keeps: neither may hold a moved hash back (a tracker there only delays delivery,
+    # which no ordering check sees).
+    sim = Simulation(0, trace=False)
+    sim.params.mode = mode
+    sim.keyed = mode != "AUTO_SPLIT_OOO"
+    sim.params.classic = False
+    with sim.loop.installed():
+        sim.act_join()
+    assert sim.dispatcher is not None
+    assert sim.dispatcher.draining is None
+    auto = _dispatcher_of(0, consistent=True, sticky=False).dispatcher
+    assert auto is not None and auto.draining is not None
