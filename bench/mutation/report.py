@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import MODULES, RESULTS, ROOT, Mutant, load
 
 EQUIVALENT = Path(__file__).resolve().parent / "equivalent.toml"
-COLUMNS = ("killed", "survived", "equivalent", "timeout", "no tests", "not run")
+COLUMNS = ("killed", "closed", "survived", "equivalent", "timeout", "no tests", "not run")
 
 
 def equivalents() -> dict[str, str]:
@@ -45,9 +45,20 @@ def diff_of(mutant: Mutant) -> str:
         os.chdir(cwd)
 
 
-def column(m: Mutant, equiv: dict[str, str]) -> str:
+def closed_by() -> dict[str, str]:
+    """Survivors a new test kills (verify_closed.py checked it): mutant name -> test."""
+    path = RESULTS / "closed.json"
+    if not path.exists():
+        return {}
+    data: dict[str, dict[str, object]] = json.loads(path.read_text())
+    return {k: str(v["test"]) for k, v in data.items() if v.get("killed")}
+
+
+def column(m: Mutant, equiv: dict[str, str], closed: dict[str, str]) -> str:
     """Which column of the table ``m`` counts in."""
     st = m.status
+    if st in ("survived", "no tests") and m.name in closed:
+        return "closed"
     if st == "survived" and m.name in equiv:
         return "equivalent"
     if st in COLUMNS:
@@ -79,6 +90,8 @@ def seeds_summary() -> dict[str, dict[str, object]] | None:
 def main() -> int:
     """Write the report; returns the exit status."""
     equiv = equivalents()
+    closed = closed_by()
+    closed_list: list[Mutant] = []
     rows: dict[str, dict[str, int]] = {}
     survivors: list[Mutant] = []
     listed_equiv: list[Mutant] = []
@@ -87,12 +100,14 @@ def main() -> int:
         counts = dict.fromkeys(("mutants", *COLUMNS), 0)
         counts["mutants"] = len(mutants)
         for m in mutants:
-            col = column(m, equiv)
+            col = column(m, equiv, closed)
             counts[col] = counts.get(col, 0) + 1
             if col == "survived":
                 survivors.append(m)
             elif col == "equivalent":
                 listed_equiv.append(m)
+            elif col == "closed":
+                closed_list.append(m)
         rows[module] = counts
 
     total = {c: sum(r[c] for r in rows.values()) for c in ("mutants", *COLUMNS)}
@@ -107,7 +122,8 @@ def main() -> int:
         "Made by `make mutate` (bench/mutation/run.py) and rendered by bench/mutation/report.py. "
         "A mutant is killed when a test of `[tool.mutmut]` in pyproject.toml that calls the "
         "mutated function fails: the unit tests nearest to it, then the simulator on a fifth of "
-        "`make test`'s seeds. *Score* is killed (timeouts included, as mutmut counts them: a "
+        "`make test`'s seeds. *Closed*: survived that run, killed now by a test written for it "
+        "(bench/mutation/verify_closed.py re-ran it). *Score* is killed and closed (timeouts included, as mutmut counts them: a "
         "mutant that loops forever is caught) / (mutants run - equivalent); *no tests* (code no "
         "selected test calls) counts against it."
     )
@@ -118,7 +134,7 @@ def main() -> int:
     for module, r in [*rows.items(), ("**total**", total)]:
         # A mutant no selected test calls counts against the score, like a survivor.
         ran = r["mutants"] - r["not run"] - r["equivalent"]
-        caught = r["killed"] + r["timeout"]
+        caught = r["killed"] + r["closed"] + r["timeout"]
         score = f"{100 * caught / ran:.1f} %" if ran > 0 else "-"
         short = module.removeprefix("keyshared.")
         out.append(
@@ -147,6 +163,17 @@ def main() -> int:
     out.append("")
     for m in survivors:
         out.append(f"### `{m.name}`")
+        out.append("")
+        out.append("```diff")
+        out.append(diff_of(m))
+        out.append("```")
+        out.append("")
+    out.append(f"## Closed: survivors killed by a new test ({len(closed_list)})")
+    out.append("")
+    for m in closed_list:
+        out.append(f"### `{m.name}`")
+        out.append("")
+        out.append(f"Killed by `{closed[m.name]}`.")
         out.append("")
         out.append("```diff")
         out.append(diff_of(m))

@@ -61,3 +61,15 @@ def test_bad_positions_are_named() -> None:
         rs.add_range(P(1, 0), P(2, 0))
     with pytest.raises(ValueError, match=r"^not an entry position: 1:-2$"):
         rs.add_range(P(1, -2), P(1, 3))
+
+
+def test_one_byte_deltas_ending_at_two_to_the_31_round_trip() -> None:
+    # 32 single-entry ranges whose last boundary (one past the last entry) is exactly 2**31:
+    # the one-byte fast path must pack them in 8-byte fields, or the last one overflows.
+    rs = RangeSet()
+    for i in range(32):
+        rs.add(P(1, 2**31 - 63 + 2 * i))
+    data = rs.to_bytes()
+    assert RangeSet.from_bytes(data) == rs
+    # count, ledger id, block size; then k, the first boundary (5 bytes), 63 one-byte deltas.
+    assert len(data) == 3 + 1 + 5 + 63
