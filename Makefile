@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck check proto bench bench-load demo clean deps-browser deps-fuse
+.PHONY: run test lint typecheck check proto bench bench-load demo clean deps-browser deps-fuse mutate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,8 +57,15 @@ bench: $(STAMP)
 bench-load: $(STAMP)
 	nice -n 10 $(PY) bench/bench_load.py $(ARGS)
 
+# Mutation testing of the dispatch, cursor, range-set and dedup code (offline; not part of test).
+# Resumable: each result is kept in ./mutants as it comes; run it again to go on. Hours on two
+# cores, so it runs niced. ARGS go to bench/mutation/run.py (modules, --workers, --seeds, --rerun).
+mutate: $(STAMP)
+	nice -n 19 $(PY) bench/mutation/run.py $(ARGS)
+	$(PY) bench/mutation/report.py
+
 demo: $(STAMP)
 	$(PY) -m keyshared.spark.demo $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) mutants build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
