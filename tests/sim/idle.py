@@ -37,7 +37,7 @@ exactly.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keyshared.storage.position import Position
 from tests.sim.world import payload_meta
@@ -152,6 +152,9 @@ def deliverable(sim: Simulation, *, one_read: bool) -> list[tuple[Position, Clie
             for held in c.held.values():
                 slot = disp.slot_of(payload_meta(held.key, held.size, held.key in ordering))
                 held_by.setdefault(slot, set()).add(id(c))
+    # Classic: a recently joined consumer may take nothing after its join position until the
+    # mark-delete position passes it (PIP-282; the seed's rule for join_position="read").
+    joined = getattr(disp, "recently_joined", None)
     out: list[tuple[Position, Client]] = []
     next_read = False
     for pos in sim.order:
@@ -173,5 +176,20 @@ def deliverable(sim: Simulation, *, one_read: bool) -> list[tuple[Position, Clie
         holders = held_by.get(slot)
         if holders and holders != {id(client)}:
             continue
+        if joined and _after_join(pos, joined, owner, pos in replay):
+            continue
         out.append((pos, client))
     return out
+
+
+def _after_join(pos: Position, joined: dict[Any, Position], owner: Any, replayed: bool) -> bool:
+    """Whether the classic restriction keeps ``pos`` from its ``owner`` for now.
+
+    A replayed entry is also held to the earliest join position of all, as Pulsar's classic
+    dispatcher does for replay reads."""
+    limit = joined.get(owner)
+    if limit is None:
+        return False
+    if replayed:
+        limit = min(limit, next(iter(joined.values())))
+    return pos > limit

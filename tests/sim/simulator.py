@@ -54,6 +54,7 @@ schedule to its shortest failing prefix.
 
 from __future__ import annotations
 
+import os
 import random
 import traceback
 from collections.abc import Callable, Sequence
@@ -75,6 +76,8 @@ from tests.sim.loop import SimLoop
 from tests.sim.world import InjectedReadError, SimTopic, SimTransport, payload, payload_meta
 
 REPLAY_HINT = "SIM_SEED={seed}{steps} .venv/bin/python -m pytest tests/sim -q"
+# How much likelier a leave or crash is drawn while a replay read is in flight.
+REPLAY_LEAVE_BIAS = float(os.environ.get("SIM_REPLAY_LEAVE_BIAS", "4"))
 MAX_CONSUMERS = 5
 # The share of seeds that run the classic (PIP-282) dispatcher. Drawn from a stream of its own,
 # so every other seed keeps the schedule it had before classic seeds existed.
@@ -480,6 +483,14 @@ class Simulation:
         """One random step of the schedule: an action drawn by weight among those possible."""
         names = self.enabled()
         w = self.params.weights
+        disp = self.dispatcher
+        if disp is not None and disp.have_pending_replay_read and REPLAY_LEAVE_BIAS != 1.0:
+            # A consumer leaving while a replay read is in flight queues older entries of a
+            # hash the read may carry newer ones of (apache/pulsar#12885, #23870): a window
+            # that only a leave drawn inside it opens, so such draws are made likelier.
+            w = dict(w)
+            for name in ("leave", "crash"):
+                w[name] *= REPLAY_LEAVE_BIAS
         total = 0.0
         for name in names:
             total += w[name]

@@ -435,3 +435,38 @@ def test_an_admin_skip_does_not_free_a_key_its_consumer_still_holds(
         assert t.positions_of("c3", KEY_A) == ([a2, a3] if operation == "skip" else [a3])
     finally:
         t.close()
+
+
+@pytest.mark.parametrize("join_position", ["read", "last_sent"])
+def test_replays_a_recently_joined_consumer_may_not_take_do_not_stop_the_reads(
+    join_position: str,
+) -> None:
+    """Key_Shared row 22 (testRecentJoinedPosWillNotStuckOtherConsumer), which failed only when
+    timing left an entry before the join position with a consumer that never acks: the entries
+    queued for the recently joined consumer beyond its join position were replayed round after
+    round, each round sending nothing, and no normal read ever started again, so the other
+    consumers got nothing more. Pulsar's classic dispatcher leaves out of a replay what the
+    restriction would discard (``filterOutEntriesWillBeDiscarded``, apache/pulsar#7105)."""
+    t = Timeline(join_position)
+    try:
+        t.join("c1", 1)
+        t.join("c2", 1000)
+        a0 = t.publish(KEY_A)
+        assert t.positions_of("c1", KEY_A) == [a0]  # c1 holds a0 and has no permits left
+        t.join("c3", 1000)  # key a moves to c3, which must wait until a0 is acked
+        d = t.sub.dispatcher
+        assert isinstance(d, ClassicKeySharedDispatcher) and d.recently_joined
+        a = [t.publish(KEY_A) for _ in range(2)]
+        # The seed's rule lets c3 have what was before the read position when it joined (a[0]);
+        # PIP-282's nothing after the last sent position (a0).
+        early = a[:1] if join_position == "read" else []
+        assert t.positions_of("c3", KEY_A) == early
+        assert list(d.replay.iter_positions()) == a[len(early) :]
+        b = [t.publish(KEY_B) for _ in range(3)]
+        t.wait_until(lambda: t.positions_of("c2", KEY_B) == b)
+        assert t.sub.cursor.read_position > b[-1]
+        t.ack_all("c1")
+        t.ack_all("c3")  # under the seed's rule its join position is a[0], which it holds
+        t.wait_until(lambda: t.positions_of("c3", KEY_A) == a)
+    finally:
+        t.close()

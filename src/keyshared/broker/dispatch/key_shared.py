@@ -241,15 +241,18 @@ class KeySharedDispatcher(SharedDispatcher):
                 budget = budgets.get(c)
                 if budget is None:
                     budget = budgets[c] = self.permits_of(c)
-                if budget <= 0:
-                    continue
-                if ordered and self.draining is not None and self.draining.would_block(c, h):
+                if budget <= 0 or (ordered and self.replay_held_back(c, pos, h)):
                     continue
                 budgets[c] = budget - 1
             out.append(pos)
             if len(out) >= max_entries:
                 break
         return out
+
+    def replay_held_back(self, c: Consumer, pos: Position, key_hash: int) -> bool:
+        """Whether ``c`` may not take the queued ``pos`` now though it has permits: its hash
+        is draining towards it (an earlier entry of it is still with another consumer)."""
+        return self.draining is not None and self.draining.would_block(c, key_hash)
 
     # --- the decision ----------------------------------------------------------------------------
     def filter_and_group(

@@ -245,7 +245,21 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             # the tail), skipping used up the trigger and nothing moved until the next publish.
             if not self.have_pending_read and self.normal_read_allowed():
                 return []
+        if self.recently_joined:
+            self._prune_recently_joined()
         return super().replay_candidates(max_entries)
+
+    def replay_held_back(self, c: Consumer, pos: Position, key_hash: int) -> bool:
+        """What the restriction would discard (Pulsar's filterOutEntriesWillBeDiscarded).
+
+        Replaying it sends nothing, and while it is a candidate no normal read starts: the
+        consumers not recently joined got nothing more (Key_Shared row 22)."""
+        joined = self.recently_joined
+        if joined:
+            max_pos = joined.get(c)
+            if max_pos is not None and pos > min(max_pos, next(iter(joined.values()))):
+                return True
+        return bool(self.stranded) and self._held_elsewhere(c, key_hash)
 
     def filter_and_group(
         self, entries: list[Entry], read_type: str
