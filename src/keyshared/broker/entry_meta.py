@@ -23,6 +23,8 @@ class EntryMeta(NamedTuple):
     publish_time: int
     deliver_at_time: int
     event_time: int
+    marker_type: int = 0
+    """Non-zero for a server-only marker entry (never delivered to consumers)."""
 
 
 def parse_entry_meta(data: bytes) -> EntryMeta:
@@ -34,6 +36,7 @@ def parse_entry_meta(data: bytes) -> EntryMeta:
         publish_time=md.publish_time,
         deliver_at_time=md.deliver_at_time if md.HasField("deliver_at_time") else 0,
         event_time=md.event_time,
+        marker_type=md.marker_type,
     )
 
 
@@ -51,12 +54,12 @@ class EntryMetaCache:
     __slots__ = ("_cache",)
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
+        self._cache: dict[tuple[int, int], tuple[int, int, int, int, int, int]] = {}
 
     def put(self, position: Position, meta: EntryMeta) -> None:
         """Remember ``meta`` for ``position``, dropping the oldest entries past the limit."""
         cache = self._cache
-        cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4])
+        cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4], meta[5])
         if len(cache) > _CACHE_LIMIT:
             # dicts keep insertion order: drop the oldest tenth in one pass.
             for key in list(cache)[: _CACHE_LIMIT // 10]:
@@ -71,6 +74,14 @@ class EntryMetaCache:
             self.put(position, meta)
             return meta
         return _new_meta(EntryMeta, cached)
+
+    def marker_type(self, position: Position, data: bytes) -> int:
+        """The ``marker_type`` of the entry at ``position`` (0: a message), without building
+        the whole tuple: dispatch asks it of every entry it reads."""
+        cached = self._cache.get(position)
+        if cached is None:
+            return self.get(position, data).marker_type
+        return cached[5]
 
     def batch_size(self, position: Position) -> int | None:
         """The number of messages of the entry at ``position``, if cached."""
