@@ -223,3 +223,25 @@ def test_cache_gives_the_newest_snapshot_passed(
             if got is not None:
                 assert position_for(got.clusters, "b") == got.local
         assert len(cache) == len(model) <= max_size
+
+
+def test_second_round_keeps_the_first_rounds_remote_positions() -> None:
+    # c2 writes m after answering the second request; m reaches c1 before c1's second request
+    # does, and c1's second answer reaches c0 before m. c1's second-round position covers m,
+    # c0's snapshot position does not: the snapshot must name c1's first-round position.
+    w = _World(3)
+    a, b, c = w.names
+    w.publish(a)
+    w.deliver((a, b), 0)
+    w.deliver((a, c), 0)
+    w.tick(1)
+    for ch in ((a, b), (a, c), (b, a), (c, a)):  # the first round
+        w.deliver(ch, 2)
+    assert w.channels[(a, b)] and w.channels[(a, c)], "second requests on their way"
+    w.deliver((a, c), 3)  # c answers the second request
+    w.publish(c)  # then writes m
+    w.deliver((c, b), 4)  # m reaches b first
+    w.deliver((a, b), 5)  # then the second request: b's answer is after m
+    w.deliver((c, a), 6)
+    w.deliver((b, a), 7)  # snapshot complete (check() ran), m still on its way to a
+    assert len(w.snapshots) == 1 and w.channels[(c, a)]
