@@ -11,6 +11,7 @@ default is 1000) so that the paced stream holds many. About 45 s on ``-n 0``.
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -233,6 +234,10 @@ def test_markers_never_reach_consumers_and_status_can_be_set(
         ca.close()
         cb.close()
     assert ok(b, "GET", rest + "/rep/replicatedSubscriptionStatus") == {topic: True}
+    with urllib.request.urlopen(a.web_url + "/metrics", timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert 'pulsar_replicated_subscriptions_pending_snapshots{cluster="ra"}' in metrics
+    assert 'pulsar_replicated_subscriptions_timedout_snapshots{cluster="ra"} 0.0' in metrics
     status, _ = a.admin("POST", rest + "/plain/replicatedSubscriptionStatus", True)
     assert status == 204
     assert _stats(a, topic)["subscriptions"]["plain"]["isReplicated"] is True

@@ -36,7 +36,7 @@ import logging
 import time
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from keyshared.broker.dispatch.base import TimerHandle
@@ -288,6 +288,27 @@ class ReplicatedSubscriptions:
             "markersWritten": self.markers_written,
             "updatesApplied": self.updates_applied,
         }
+
+
+def snapshot_gauges(topics: Iterable[PersistentTopic]) -> list[tuple[str, float, str]]:
+    """Pulsar's broker-wide replicated-subscription gauges, summed over ``topics``."""
+    pending = timed_out = 0
+    for t in topics:
+        c = t.replicated_subscriptions.coordinator
+        pending += len(c.pending)
+        timed_out += c.timed_out
+    return [
+        (
+            "pulsar_replicated_subscriptions_pending_snapshots",
+            pending,
+            "Replicated-subscription snapshots waiting for the other clusters' answers",
+        ),
+        (
+            "pulsar_replicated_subscriptions_timedout_snapshots",
+            timed_out,
+            "Replicated-subscription snapshots given up after the timeout",
+        ),
+    ]
 
 
 def _decode_snapshot(entry: Entry) -> Snapshot | None:
