@@ -217,13 +217,23 @@ def test_markers_never_reach_consumers_and_status_can_be_set(
             initial_position=pulsar.InitialPosition.Earliest,
             replicate_subscription_state_enabled=True,
         )
-        plain_a = ca.subscribe(topic, "plain", initial_position=pulsar.InitialPosition.Earliest)
+        plain_a = ca.subscribe(
+            topic,
+            "plain",
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
         _produce_paced(a, topic)
         # Markers ran both ways (requests to rb, responses to ra, updates to rb) and are in
         # both topics; no consumer sees one, and they are acknowledged for every subscription.
         assert sorted(_drain(rep)) == list(range(N))
         assert sorted(_drain(plain_a)) == list(range(N))
         assert sorted(_drain(plain_b)) == list(range(N))
+        reader = ca.create_reader(topic, pulsar.MessageId.earliest)
+        seen: list[int] = []
+        while reader.has_message_available():
+            seen.append(int(reader.read_next(timeout_millis=5000).data()))
+        assert seen == list(range(N))
         internal = ok(a, "GET", f"/admin/v2/persistent/{topic[len('persistent://') :]}/stats")
         assert internal["subscriptions"]["plain"]["isReplicated"] is False
         _wait(lambda: _stats(a, topic)["subscriptions"]["plain"]["msgBacklog"] == 0)

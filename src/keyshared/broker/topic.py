@@ -24,7 +24,10 @@ from keyshared.broker.replication import (
     TopicReplication,
     dedup_producer_name,
 )
-from keyshared.broker.replication.subscriptions import ReplicatedSubscriptions
+from keyshared.broker.replication.subscriptions import (
+    ReplicatedSubscriptions,
+    last_dispatchable,
+)
 from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
@@ -662,6 +665,10 @@ class PersistentTopic:
         if entry is None:
             return lac, -1
         meta = self.entry_meta(entry)
+        if meta.marker_type:
+            # The last entry is a replicated-subscription marker, which no consumer gets: name
+            # the last message before it, or a reader's hasMessageAvailable waits forever.
+            return await last_dispatchable(self, lac)
         return lac, meta.num_messages - 1 if meta.num_messages > 1 else -1
 
     async def find_position_by_time(self, timestamp_ms: int) -> Position:

@@ -290,6 +290,24 @@ class ReplicatedSubscriptions:
         }
 
 
+async def last_dispatchable(topic: PersistentTopic, last: Position) -> tuple[Position, int]:
+    """The last entry at or before ``last`` that is not a marker, with its last batch index
+    (-1 when not a batch), for GET_LAST_MESSAGE_ID; the position before the first entry when
+    there is none. Markers come a few per snapshot interval, so the walk back is short."""
+    ledger = topic.ledger
+    first = ledger.first_position
+    pos = last
+    while first is not None and pos >= first and pos.entry_id >= 0:
+        entry = await ledger.read_entry(pos)
+        if entry is None:
+            break
+        meta = topic.entry_meta(entry)
+        if not meta.marker_type:
+            return pos, meta.num_messages - 1 if meta.num_messages > 1 else -1
+        pos = ledger.previous_position(pos)
+    return pos, -1
+
+
 def snapshot_gauges(topics: Iterable[PersistentTopic]) -> list[tuple[str, float, str]]:
     """Pulsar's broker-wide replicated-subscription gauges, summed over ``topics``."""
     pending = timed_out = 0
