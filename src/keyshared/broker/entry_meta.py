@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from keyshared.protocol import num_messages, parse_metadata, sticky_key, sticky_key_hash
+from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
 # Enough to cover every entry in flight in dispatch on a busy broker without growing unbounded.
@@ -82,6 +84,18 @@ class EntryMetaCache:
         if cached is None:
             return self.get(position, data).marker_type
         return cached[5]
+
+    def has_marker(self, entries: Iterable[Entry]) -> bool:
+        """Whether any of ``entries`` is a marker: dispatch asks it of every read, so it is
+        one tight loop over the cache."""
+        get = self._cache.get
+        for e in entries:
+            cached: tuple[int, ...] | None = get(e.position)
+            if cached is None:
+                cached = self.get(e.position, e.data)
+            if cached[5]:
+                return True
+        return False
 
     def batch_size(self, position: Position) -> int | None:
         """The number of messages of the entry at ``position``, if cached."""

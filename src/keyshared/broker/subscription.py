@@ -269,10 +269,11 @@ class Subscription:
     def hide_markers(self, entries: list[Entry]) -> list[Entry]:
         """``entries`` read by dispatch without the server-only marker entries, which are
         acknowledged instead of delivered (Pulsar's ``filterEntriesForConsumer``)."""
-        marker_type = self.topic.meta_cache.marker_type
-        markers = [e for e in entries if marker_type(e.position, e.data)]
-        if not markers:
+        meta_cache = self.topic.meta_cache
+        if not meta_cache.has_marker(entries):
             return entries
+        marker_type = meta_cache.marker_type
+        markers = [e for e in entries if marker_type(e.position, e.data)]
         if self.replicated:
             self.topic.replicated_subscriptions.cache_snapshots(self, markers)
         if self.cursor.ack_individual([e.position for e in markers]):
