@@ -10,6 +10,9 @@ default is 1000) so that the paced stream holds many. About 45 s on ``-n 0``.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -251,9 +254,22 @@ def test_markers_never_reach_consumers_and_status_can_be_set(
     status, _ = a.admin("POST", rest + "/plain/replicatedSubscriptionStatus", True)
     assert status == 204
     assert _stats(a, topic)["subscriptions"]["plain"]["isReplicated"] is True
-    status, _ = a.admin("POST", rest + "/plain/replicatedSubscriptionStatus", False)
-    assert status == 204
-    assert _stats(a, topic)["subscriptions"]["plain"]["isReplicated"] is False
+    # pulsar-admin's commands for the same.
+    cli = [sys.executable, "-m", "keyshared.cli", "admin", "--admin-url", a.web_url, "topics"]
+    subprocess.run(
+        [*cli, "set-replicated-subscription-status", topic, "-s", "plain", "-d"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    got = subprocess.run(
+        [*cli, "get-replicated-subscription-status", topic, "-s", "plain"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(got.stdout) == {topic: False}
     status, _ = a.admin("POST", rest + "/nowhere/replicatedSubscriptionStatus", True)
     assert status == 404
 
