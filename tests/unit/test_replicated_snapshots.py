@@ -117,7 +117,7 @@ class _World:
                     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.integers(min_value=2, max_value=4), st.data())
 def test_every_snapshot_covers_what_the_remotes_hold(n: int, data: st.DataObject) -> None:
     w = _World(n)

@@ -104,7 +104,7 @@ class ReplicatedSubscriptions:
 
     # --- the replicated flag -----------------------------------------------------------------
     def _record_key(self, name: str) -> str:
-        return f"subscriptions/{self.topic.name.full}/{name}"
+        return self.topic._sub_key(name)  # the topic's own layout of subscription records
 
     def _stored_flag(self, name: str) -> bool:
         raw = self.topic.service.storage.metadata.get(self._record_key(name))
@@ -151,7 +151,7 @@ class ReplicatedSubscriptions:
             return
         replicators = self.topic.replication.replicators
         request = self.coordinator.tick(
-            _now_ms(),
+            _clock_ms(),
             replicators,
             all(r.connected for r in replicators.values()),
             self.topic.msg_in_counter,
@@ -217,7 +217,7 @@ class ReplicatedSubscriptions:
             self._write(reply, replicate_to=[marker.source_cluster or remote])
         elif isinstance(marker, SnapshotResponse):
             step = self.coordinator.on_response(
-                (position.ledger_id, position.entry_id), marker, _now_ms()
+                (position.ledger_id, position.entry_id), marker, _clock_ms()
             )
             if isinstance(step, SnapshotRequest):
                 self._write(step)
@@ -345,6 +345,11 @@ def _marker_meta(marker: Marker) -> EntryMeta:
 def _log_failure(f: asyncio.Future[None]) -> None:
     if not f.cancelled() and f.exception() is not None:
         log.warning("marker write failed: %s", f.exception())
+
+
+def _clock_ms() -> int:
+    """Snapshot start times and timeouts: monotonic, so a wall-clock step changes nothing."""
+    return int(time.monotonic() * 1000)
 
 
 def _now_ms() -> int:
