@@ -260,6 +260,13 @@ class BrokerConfig:
     # super user (or authentication is off), as Pulsar's standalone does.
     brokerClientAuthenticationPlugin: str = ""
     brokerClientAuthenticationParameters: str = ""
+    # Replicated subscriptions (broker/replication/subscriptions.py): snapshot markers every
+    # ...FrequencyMillis, pending ones given up after ...TimeoutSeconds, at most
+    # ...MaxCachedPerSubscription snapshots kept per subscription.
+    enableReplicatedSubscriptions: bool = True
+    replicatedSubscriptionsSnapshotFrequencyMillis: int = 1000
+    replicatedSubscriptionsSnapshotTimeoutSeconds: int = 30
+    replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = 10
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
     exposeConsumerLevelMetricsInPrometheus: bool = False
@@ -369,6 +376,9 @@ _POSITIVE = frozenset(
         "brokerDeduplicationProducerInactivityTimeoutMinutes",
         "backlogQuotaCheckIntervalInSeconds",
         "brokerDeleteInactiveTopicsFrequencySeconds",
+        "replicatedSubscriptionsSnapshotFrequencyMillis",
+        "replicatedSubscriptionsSnapshotTimeoutSeconds",
+        "replicatedSubscriptionsSnapshotMaxCachedPerSubscription",
     )
 )
 

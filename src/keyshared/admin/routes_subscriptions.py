@@ -7,6 +7,8 @@ so a read in flight cannot land afterwards; ``.../position/{n}`` (peek), ``exami
 ``ledger/{l}/entry/{e}`` read one entry without moving anything. On a partitioned topic, create,
 delete, skip-all and reset-by-time apply to every partition, and reset to a message id to the
 partition it names; skip, peek and examine are refused (405) as in Pulsar.
+``POST/GET .../replicatedSubscriptionStatus`` (and ``PUT ...?replicated=true``) turn on, off and
+show the replication of a subscription's state to the other clusters.
 """
 
 from __future__ import annotations
@@ -79,7 +81,30 @@ def subscription_routes(service: BrokerService) -> APIRouter:
             sub = t._create_subscription(subscriptionName, True, start == EARLIEST, None)
             if start not in (EARLIEST, LATEST):
                 sub.reset_cursor(start)
+            if replicated:
+                t.replicated_subscriptions.set_replicated(sub, True)
         return no_content()
+
+    # --- replicated subscriptions -----------------------------------------------------------
+    @router.post(_SUB + "/replicatedSubscriptionStatus", status_code=204)
+    async def set_replicated_status(
+        tenant: str, namespace: str, topic: str, subName: str, enabled: Annotated[bool, Body()]
+    ) -> Response:
+        """Turn the replication of a durable subscription's state on or off (on every
+        partition that has it); 405 when this broker has ``enableReplicatedSubscriptions``
+        off."""
+        for s in subscriptions(resolve.topic_name(tenant, namespace, topic), subName):
+            if not s.topic.replicated_subscriptions.set_replicated(s, enabled):
+                raise RestError(405, "Replicated subscriptions are not enabled on this broker")
+        return no_content()
+
+    @router.get(_SUB + "/replicatedSubscriptionStatus")
+    async def get_replicated_status(
+        tenant: str, namespace: str, topic: str, subName: str
+    ) -> dict[str, bool]:
+        """Whether the subscription is replicated, by topic (partition) name."""
+        subs = subscriptions(resolve.topic_name(tenant, namespace, topic), subName)
+        return {s.topic.name.full: s.replicated for s in subs}
 
     @router.delete(_SUB, status_code=204)
     async def delete_subscription(

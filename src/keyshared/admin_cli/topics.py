@@ -19,6 +19,7 @@ from keyshared.admin_cli.http import AdminError, AdminHttp
 from keyshared.admin_cli.messages import decode_messages
 from keyshared.admin_cli.quotas import add_commands as add_quota_commands
 from keyshared.admin_cli.rates import add_rate_commands
+from keyshared.admin_cli.replicated_subs import add_commands as add_replicated_sub_commands
 
 app = typer.Typer(help="Operations about topics.", no_args_is_help=True)
 
@@ -376,3 +377,4 @@ def remove_message_ttl(ctx: typer.Context, topic: str = TOPIC) -> None:
 add_quota_commands(app, topic_path, "persistent://tenant/namespace/topic", applied=True)
 # --- rates (publish, dispatch, subscription dispatch) -----------------------------------
 add_rate_commands(app, lambda t, policy: topic_path(t, policy), TOPIC, topic=True)
+add_replicated_sub_commands(app, _sub, TOPIC)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from keyshared.protocol import num_messages, parse_metadata, sticky_key, sticky_key_hash
+from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
 # Enough to cover every entry in flight in dispatch on a busy broker without growing unbounded.
@@ -23,6 +25,8 @@ class EntryMeta(NamedTuple):
     publish_time: int
     deliver_at_time: int
     event_time: int
+    marker_type: int = 0
+    """Non-zero for a server-only marker entry (never delivered to consumers)."""
 
 
 def parse_entry_meta(data: bytes) -> EntryMeta:
@@ -34,6 +38,7 @@ def parse_entry_meta(data: bytes) -> EntryMeta:
         publish_time=md.publish_time,
         deliver_at_time=md.deliver_at_time if md.HasField("deliver_at_time") else 0,
         event_time=md.event_time,
+        marker_type=md.marker_type,
     )
 
 
@@ -51,12 +56,12 @@ class EntryMetaCache:
     __slots__ = ("_cache",)
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[int, int], tuple[int, int, int, int, int]] = {}
+        self._cache: dict[tuple[int, int], tuple[int, int, int, int, int, int]] = {}
 
     def put(self, position: Position, meta: EntryMeta) -> None:
         """Remember ``meta`` for ``position``, dropping the oldest entries past the limit."""
         cache = self._cache
-        cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4])
+        cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4], meta[5])
         if len(cache) > _CACHE_LIMIT:
             # dicts keep insertion order: drop the oldest tenth in one pass.
             for key in list(cache)[: _CACHE_LIMIT // 10]:
@@ -71,6 +76,26 @@ class EntryMetaCache:
             self.put(position, meta)
             return meta
         return _new_meta(EntryMeta, cached)
+
+    def marker_type(self, position: Position, data: bytes) -> int:
+        """The ``marker_type`` of the entry at ``position`` (0: a message), without building
+        the whole tuple: dispatch asks it of every entry it reads."""
+        cached = self._cache.get(position)
+        if cached is None:
+            return self.get(position, data).marker_type
+        return cached[5]
+
+    def has_marker(self, entries: Iterable[Entry]) -> bool:
+        """Whether any of ``entries`` is a marker: dispatch asks it of every read, so it is
+        one tight loop over the cache."""
+        get = self._cache.get
+        for e in entries:
+            cached: tuple[int, ...] | None = get(e.position)
+            if cached is None:
+                cached = self.get(e.position, e.data)
+            if cached[5]:
+                return True
+        return False
 
     def batch_size(self, position: Position) -> int | None:
         """The number of messages of the entry at ``position``, if cached."""

@@ -22,6 +22,7 @@ from keyshared.broker.policies import NAMESPACES_PREFIX as NAMESPACES_PREFIX  # 
 from keyshared.broker.policies import PolicyService
 from keyshared.broker.rate_limits import BrokerRateLimits
 from keyshared.broker.replication import replicated_topics
+from keyshared.broker.replication.subscriptions import snapshot_gauges
 from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
@@ -60,6 +61,7 @@ class BrokerService:
         # Broker-wide gauges other layers contribute to /metrics (the server's publish buffer):
         # each callable returns (name, value, help) triples.
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
+        self.broker_gauges.append(lambda: snapshot_gauges(self.topics.values()))
         if default_namespace:
             self.create_default_namespace()
 

@@ -16,6 +16,7 @@ from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.topic_common import consumer_stats, disconnect_all, drop_if_unused
 from keyshared.config import BrokerConfig
 from keyshared.storage.cursor import ManagedCursor
+from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
 if TYPE_CHECKING:
@@ -67,6 +68,9 @@ class Subscription:
         # True while a seek / reset-cursor closes the consumers: a reader's cursor then
         # outlives its last consumer, for the client's re-subscribe (Pulsar's isResetCursor).
         self._resetting = False
+        # Replicated subscription (broker/replication/subscriptions.py): its mark-delete
+        # position follows to the other clusters.
+        self.replicated = False
 
     @property
     def consumers(self) -> list[Consumer]:
@@ -258,7 +262,34 @@ class Subscription:
         if counts and len(counts) > 1024:
             for pos in [p for p in counts if p <= mark_delete]:
                 del counts[pos]
+        if self.replicated:
+            self.topic.replicated_subscriptions.mark_delete_moved(self, mark_delete)
         self.topic.on_subscription_progress()
+
+    def hide_markers(self, entries: list[Entry]) -> list[Entry]:
+        """``entries`` read by dispatch without the server-only marker entries, which are
+        acknowledged instead of delivered (Pulsar's ``filterEntriesForConsumer``)."""
+        meta_cache = self.topic.meta_cache
+        if not meta_cache.has_marker(entries):
+            return entries
+        marker_type = meta_cache.marker_type
+        markers = [e for e in entries if marker_type(e.position, e.data)]
+        if self.replicated:
+            self.topic.replicated_subscriptions.cache_snapshots(self, markers)
+        if self.cursor.ack_individual([e.position for e in markers]):
+            self._mark_delete_moved(self.cursor.mark_delete_position)
+        return [e for e in entries if not marker_type(e.position, e.data)]
+
+    def apply_replicated_mark_delete(self, position: Position) -> bool:
+        """Another cluster's update moves this replicated subscription's mark-delete position
+        forward to ``position`` (never back); returns whether it moved. What consumers hold
+        stays held until they ack it, as after an admin skip."""
+        cursor = self.cursor
+        if position <= cursor.mark_delete_position or position > cursor.last_add_confirmed:
+            return False
+        cursor.ack_cumulative(position)
+        self._after_manual_ack()
+        return True
 
     def redeliver_unacknowledged(
         self, consumer: Consumer, positions: Sequence[Position] | None
@@ -382,7 +413,7 @@ class Subscription:
             "consumers": consumers,
             "isDurable": self.durable,
             "blockedOnAckStatePersistent": self.should_pause_on_ack_state(),
-            "isReplicated": False,
+            "isReplicated": self.replicated,
             "nonContiguousDeletedMessagesRanges": len(cursor.individually_deleted),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
             "subscriptionProperties": {},

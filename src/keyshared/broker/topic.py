@@ -24,6 +24,10 @@ from keyshared.broker.replication import (
     TopicReplication,
     dedup_producer_name,
 )
+from keyshared.broker.replication.subscriptions import (
+    ReplicatedSubscriptions,
+    last_dispatchable,
+)
 from keyshared.broker.sub_types import check_enabled
 from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
@@ -162,6 +166,7 @@ class PersistentTopic:
         self._restore_subscriptions()
         self.compactor = Compactor(self)
         self.replication = TopicReplication(self)
+        self.replicated_subscriptions = ReplicatedSubscriptions(self)
         self.backlog_quota = TopicBacklogQuota(self)
         # When the topic was last seen in use (monotonic), for inactive-topic deletion.
         self.last_active = time.monotonic()
@@ -336,6 +341,11 @@ class PersistentTopic:
             self._held.append((producer, sequence_id, highest_sequence_id, data, on_done))
             return
         meta = parse_entry_meta(data)
+        if meta.marker_type:
+            # Another cluster's replicator forwarding a marker: never deduplicated (markers
+            # all carry sequence id 0, as Pulsar's), acted upon once stored.
+            self.replicated_subscriptions.publish_marker(producer, data, on_done)
+            return
         dedup = self.dedup
         if dedup is None:
             try:
@@ -412,6 +422,7 @@ class PersistentTopic:
         initial_position_earliest: bool,
         start_message_id: Position | None,
         rollback_to: Position | None = None,
+        replicate_subscription_state: bool = False,
     ) -> Consumer:
         """Create or join ``subscription`` and attach a new consumer built by the factory.
 
@@ -435,7 +446,11 @@ class PersistentTopic:
             )
             if rollback_to is not None and not durable:
                 sub.cursor.reset_cursor(rollback_to)
-        return attach_consumer(self, sub, consumer_factory(sub))
+        consumer = attach_consumer(self, sub, consumer_factory(sub))
+        if replicate_subscription_state:
+            # As Pulsar: a subscribe only turns replication on, never off.
+            self.replicated_subscriptions.set_replicated(sub, True)
+        return consumer
 
     def _create_subscription(
         self,
@@ -650,6 +665,10 @@ class PersistentTopic:
         if entry is None:
             return lac, -1
         meta = self.entry_meta(entry)
+        if meta.marker_type:
+            # The last entry is a replicated-subscription marker, which no consumer gets: name
+            # the last message before it, or a reader's hasMessageAvailable waits forever.
+            return await last_dispatchable(self, lac)
         return lac, meta.num_messages - 1 if meta.num_messages > 1 else -1
 
     async def find_position_by_time(self, timestamp_ms: int) -> Position:
@@ -752,6 +771,7 @@ class PersistentTopic:
         for cursor in self._reset_cursors.values():
             cursor.close()
         self._reset_cursors.clear()
+        self.replicated_subscriptions.close()
         await self.replication.close()
         if self.dedup is not None and self._held is None:
             self.dedup.snapshot()

@@ -816,6 +816,7 @@ class ServerConnection(asyncio.Protocol):
                 initial_position_earliest=r.initialPosition == pb.CommandSubscribe.Earliest,
                 start_message_id=start,
                 rollback_to=rollback_to,
+                **_replicated_state(r, topic),
             )
         except BrokerError as exc:
             self._error(request_id, exc.code, exc.message)
@@ -1033,3 +1034,10 @@ class ServerConnection(asyncio.Protocol):
     def client_version(self) -> str:
         """The client's version string from CONNECT."""
         return self._client_version
+
+
+def _replicated_state(r: pb.CommandSubscribe, topic: Any) -> dict[str, bool]:
+    """``replicate_subscription_state`` for a persistent topic's durable subscription."""
+    if isinstance(topic, NonPersistentTopic) or not (r.durable and r.replicate_subscription_state):
+        return {}
+    return {"replicate_subscription_state": True}

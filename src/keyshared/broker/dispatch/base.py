@@ -214,7 +214,13 @@ class Dispatcher:
             self.subscription.topic.log_read_error(exc)
             self.read_more_with_backoff()
             return None
-        return fut.result()
+        result = fut.result()
+        # Marker entries never reach consumers, whichever dispatcher reads them.
+        if isinstance(result, list):
+            return self.subscription.hide_markers(result)
+        if result.entries:
+            result.entries = self.subscription.hide_markers(result.entries)
+        return result
 
     def forget_reads(self) -> None:
         """Drop every read in flight: its completion will be ignored."""

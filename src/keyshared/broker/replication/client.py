@@ -145,7 +145,12 @@ class RemoteConnection:
         return int(answer.producer_success.last_sequence_id)
 
     def send(
-        self, producer_id: int, sequence_id: int, section: bytes, num_messages: int
+        self,
+        producer_id: int,
+        sequence_id: int,
+        section: bytes,
+        num_messages: int,
+        marker: bool = False,
     ) -> asyncio.Future[tuple[int, int]]:
         """Send one payload section; the future ends with the stored (ledger, entry) id or a
         :class:`RemoteError` (receipts come in order, as the broker answers a producer)."""
@@ -157,6 +162,9 @@ class RemoteConnection:
         cmd.send.producer_id = producer_id
         cmd.send.sequence_id = sequence_id
         cmd.send.num_messages = num_messages
+        if marker:
+            # A replicated-subscription marker: the remote skips deduplication for it.
+            cmd.send.marker = True
         self._sends.setdefault(producer_id, deque()).append(_Pending(sequence_id, fut))
         self._write(encode_payload_command(cmd, section))
         return fut

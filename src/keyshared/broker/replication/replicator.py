@@ -233,7 +233,7 @@ class Replicator:
             return _InFlight(position, None, md.publish_time)
         section = forward_section(md, payload, self.local)
         n = num_messages(md)
-        fut = conn.send(1, md.sequence_id, section, n)
+        fut = conn.send(1, md.sequence_id, section, n, marker=md.marker_type != 0)
         self.msg_out_counter += n
         self.bytes_out_counter += len(section)
         return _InFlight(position, fut, md.publish_time)
