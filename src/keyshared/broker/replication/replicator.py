@@ -28,7 +28,12 @@ from typing import Any
 
 from keyshared.broker.client_credentials import ClientCredentials, CredentialsError
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.replication.client import RemoteConnection, RemoteError, connect_for_topic
+from keyshared.broker.replication.client import (
+    KEEPALIVE_SECONDS,
+    RemoteConnection,
+    RemoteError,
+    connect_for_topic,
+)
 from keyshared.broker.replication.decisions import (
     Backoff,
     forward_section,
@@ -78,6 +83,7 @@ class Replicator:
         read_batch: int = READ_BATCH,
         max_pending: int = MAX_PENDING,
         backoff: Backoff | None = None,
+        keepalive: float = KEEPALIVE_SECONDS,
     ) -> None:
         self.topic = topic
         self.local = local
@@ -87,6 +93,7 @@ class Replicator:
         self.read_batch = read_batch
         self.max_pending = max_pending
         self.backoff = backoff or Backoff()
+        self.keepalive = keepalive
         self.producer_name = replicator_producer_name(local, remote)
         self.connected = False
         self.connected_since: float | None = None
@@ -123,7 +130,9 @@ class Replicator:
             conn: RemoteConnection | None = None
             try:
                 url, credentials = self.target()
-                conn = await connect_for_topic(url, self.topic, credentials)
+                conn = await connect_for_topic(
+                    url, self.topic, credentials, keepalive=self.keepalive
+                )
                 await conn.create_producer(self.topic, 1, self.producer_name)
                 self.sessions += 1
                 self.connected = True

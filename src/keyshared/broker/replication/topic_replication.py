@@ -64,6 +64,7 @@ class TopicReplication:
                 remote=remote,
                 cursor=cursor,
                 target=lambda remote=remote: self.target(remote),  # type: ignore[misc]
+                keepalive=float(self.topic.config.keepAliveIntervalSeconds),
             )
             self.replicators[remote] = rep
             try:
