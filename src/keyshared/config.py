@@ -260,6 +260,14 @@ class BrokerConfig:
     # super user (or authentication is off), as Pulsar's standalone does.
     brokerClientAuthenticationPlugin: str = ""
     brokerClientAuthenticationParameters: str = ""
+    # --- geo-replication (broker/replication/) --------------------------------------------
+    # The replicator makes the topic exist on the remote cluster, shaped as here (Pulsar's
+    # GeoPersistentReplicator.prepareCreateProducer, through the remote's admin API).
+    createTopicToRemoteClusterForReplication: bool = True
+    # TLS towards other clusters: brokerServiceUrlTls / serviceUrlTls, verified against
+    # brokerClientTrustCertsFilePath (empty: the system's CAs).
+    brokerClientTlsEnabled: bool = False
+    brokerClientTrustCertsFilePath: str = ""
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
     exposeConsumerLevelMetricsInPrometheus: bool = False

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +84,7 @@ class Replicator:
         max_pending: int = MAX_PENDING,
         backoff: Backoff | None = None,
         keepalive: float = KEEPALIVE_SECONDS,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.topic = topic
         self.local = local
@@ -94,6 +95,8 @@ class Replicator:
         self.max_pending = max_pending
         self.backoff = backoff or Backoff()
         self.keepalive = keepalive
+        # Run before each connection: makes the topic exist on the remote (remote_topic.py).
+        self.prepare = prepare
         self.producer_name = replicator_producer_name(local, remote)
         self.connected = False
         self.connected_since: float | None = None
@@ -130,6 +133,8 @@ class Replicator:
             conn: RemoteConnection | None = None
             try:
                 url, credentials = self.target()
+                if self.prepare is not None:
+                    await self.prepare()
                 conn = await connect_for_topic(
                     url, self.topic, credentials, keepalive=self.keepalive
                 )

@@ -22,6 +22,7 @@ from keyshared.broker.replication.decisions import (
     replicator_cursor_name,
 )
 from keyshared.broker.replication.policy import effective_replication_clusters
+from keyshared.broker.replication.remote_topic import ensure_remote_topic
 from keyshared.broker.replication.replicator import Replicator
 from keyshared.broker.topic_common import producer_stats
 from keyshared.storage.cursor import ManagedCursor
@@ -65,6 +66,7 @@ class TopicReplication:
                 cursor=cursor,
                 target=lambda remote=remote: self.target(remote),  # type: ignore[misc]
                 keepalive=float(self.topic.config.keepAliveIntervalSeconds),
+                prepare=lambda remote=remote: self.prepare_remote(remote),  # type: ignore[misc]
             )
             self.replicators[remote] = rep
             try:
@@ -111,6 +113,24 @@ class TopicReplication:
         if creds.method == "tls":
             raise RemoteError(f"cluster {remote}: TLS client authentication is not supported yet")
         return str(url), creds
+
+    async def prepare_remote(self, remote: str) -> None:
+        """Make this topic exist on ``remote``, shaped as here (:mod:`.remote_topic`), when
+        ``createTopicToRemoteClusterForReplication`` is on and the cluster has an admin URL."""
+        if not self.topic.config.createTopicToRemoteClusterForReplication:
+            return
+        data = self.topic.service.clusters.get(remote) or {}
+        admin_url = str(data.get("serviceUrl") or "")
+        if not admin_url:
+            return  # nothing to ask: the producer's own request decides
+        _, creds = self.target(remote)
+        name = self.topic.name
+        partitions = (
+            self.topic.service.partitions_of(name.partitioned_base)
+            if name.partition_index >= 0
+            else 0
+        )
+        await ensure_remote_topic(admin_url, name, partitions, creds)
 
     def cursors(self) -> list[ManagedCursor]:
         """The replicators' durable cursors (they hold data back from retention)."""
