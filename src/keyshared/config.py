@@ -268,6 +268,8 @@ class BrokerConfig:
     # brokerClientTrustCertsFilePath (empty: the system's CAs).
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""
+    # Check the remote's host name too (Pulsar's default: the chain only).
+    tlsHostnameVerificationEnabled: bool = False
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
     exposeConsumerLevelMetricsInPrometheus: bool = False

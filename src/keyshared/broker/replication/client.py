@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -56,8 +57,10 @@ class RemoteConnection:
         url: str,
         credentials: ClientCredentials,
         keepalive: float = KEEPALIVE_SECONDS,
+        tls: bool = False,
     ) -> None:
         self.url = url
+        self.tls = tls
         self.credentials = credentials
         self._reader = reader
         self._writer = writer
@@ -84,18 +87,27 @@ class RemoteConnection:
         credentials: ClientCredentials = NO_CREDENTIALS,
         timeout: float = 10.0,
         keepalive: float = KEEPALIVE_SECONDS,
+        tls: ssl.SSLContext | None = None,
     ) -> RemoteConnection:
-        """Connect to ``pulsar://host:port`` and complete the CONNECT handshake."""
+        """Connect to ``pulsar://host:port`` (``pulsar+ssl://`` with ``tls``) and complete the
+        CONNECT handshake."""
         parsed = urlparse(url)
-        if parsed.scheme != "pulsar" or not parsed.hostname or not parsed.port:
-            raise RemoteError(f"unsupported broker service URL {url!r} (pulsar://host:port)")
+        scheme = "pulsar+ssl" if tls is not None else "pulsar"
+        if parsed.scheme != scheme or not parsed.hostname or not parsed.port:
+            raise RemoteError(f"unsupported broker service URL {url!r} ({scheme}://host:port)")
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(parsed.hostname, parsed.port), timeout
+                asyncio.open_connection(
+                    parsed.hostname,
+                    parsed.port,
+                    ssl=tls,
+                    server_hostname=parsed.hostname if tls is not None else None,
+                ),
+                timeout,
             )
         except (TimeoutError, OSError) as exc:
             raise RemoteError(f"cannot connect to {url}: {exc!r}") from exc
-        conn = cls(reader, writer, url, credentials, keepalive)
+        conn = cls(reader, writer, url, credentials, keepalive, tls is not None)
         try:
             method = None if credentials.method == "none" else credentials.method
             conn._write(
@@ -138,7 +150,7 @@ class RemoteConnection:
         r = answer.lookupTopicResponse
         if r.response == pb.CommandLookupTopicResponse.Failed:
             raise RemoteError(f"lookup of {topic} failed: {r.message}")
-        url = r.brokerServiceUrl or None
+        url = (r.brokerServiceUrlTls if self.tls else r.brokerServiceUrl) or None
         if r.proxy_through_service_url or url == self.url:
             return None, r.authoritative
         if r.response == pb.CommandLookupTopicResponse.Connect:
@@ -309,10 +321,11 @@ async def connect_for_topic(
     credentials: ClientCredentials,
     timeout: float = 10.0,
     keepalive: float = KEEPALIVE_SECONDS,
+    tls: ssl.SSLContext | None = None,
 ) -> RemoteConnection:
     """A connection to the broker of the remote cluster at ``url`` that serves ``topic``,
-    following lookup redirects as the clients do."""
-    conn = await RemoteConnection.open(url, credentials, timeout, keepalive)
+    following lookup redirects as the clients do (to TLS URLs over TLS)."""
+    conn = await RemoteConnection.open(url, credentials, timeout, keepalive, tls)
     for _ in range(MAX_REDIRECTS):
         try:
             target, _authoritative = await conn.lookup(topic, timeout)
@@ -322,6 +335,6 @@ async def connect_for_topic(
         if target is None:
             return conn
         conn.close()
-        conn = await RemoteConnection.open(target, credentials, timeout, keepalive)
+        conn = await RemoteConnection.open(target, credentials, timeout, keepalive, tls)
     conn.close()
     raise RemoteError(f"lookup of {topic} redirected more than {MAX_REDIRECTS} times")
