@@ -3,8 +3,8 @@
 Two standalone brokers on loopback replicate namespace ``geo/bench`` to each other
 (deduplication on, as Pulsar's geo-replication guide sets it up). A producer process publishes
 100 B keyed messages on ``ca`` with batching (1000 messages or 5 ms; ``--batching default``
-mixes keys in a batch, ``keybased`` keeps one key a batch, as Key_Shared consumers need, which
-with many keys makes most entries a single message); one consumer
+mixes keys in a batch, ``keybased`` keeps one key a batch, as Key_Shared consumers need;
+``none`` sends every message as its own entry); one consumer
 process reads them on ``ca`` (the local baseline) and one on ``cb`` (through the replicator).
 Every payload starts with its send time (``time.time_ns()``), so each consumer measures the
 time from ``send_async`` on ``ca`` to ``receive`` (same machine, same clock).
@@ -14,16 +14,22 @@ Two phases, each on a fresh topic:
 - **throughput**: ``--messages`` as fast as the producer goes; the replication rate is the
   messages over the time from the first send to the last receive on ``cb``;
 - **lag**: ``--rate`` messages/s for ``--seconds``, well under saturation, so the percentiles
-  are the replication path's own and not a queue's.
+  are the replication path's own and not a queue's;
+- **catch-up**: ``cb`` stopped, ``--catch-up-messages`` published on ``ca``, ``cb`` started
+  again: the rate at which the replicator drains its backlog, from the moment it connected
+  (``outboundConnectedSince``) to ``replicationBacklog`` 0 (polled on ``ca`` every 50 ms), the
+  replicator's own ceiling with no producer or consumer in the way.
 
     .venv/bin/python bench/bench_replication.py [--messages 100000] [--rate 1000]
-        [--seconds 15] [--keys 100] [--batching default|keybased]
+        [--seconds 15] [--keys 100] [--batching default|keybased|none] [--catch-up-messages 300000]
+        [--phases throughput,lag,catch-up]
         [--out bench/results/replication.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import multiprocessing as mp
 import os
@@ -63,7 +69,7 @@ def produce(
     try:
         producer = client.create_producer(
             topic,
-            batching_enabled=True,
+            batching_enabled=batching != "none",
             batching_type=(
                 pulsar.BatchingType.KeyBased
                 if batching == "keybased"
@@ -192,6 +198,52 @@ def phase(
     return result
 
 
+def catch_up(
+    a: BrokerProcess, b: BrokerProcess, count: int, keys: int, batching: str
+) -> dict[str, Any]:
+    """The replicator's drain rate over a backlog of ``count`` messages (see the docstring)."""
+    ctx = mp.get_context("spawn")
+    topic = f"persistent://{NS}/catchup-{uuid.uuid4().hex[:8]}"
+    ready, out_remote, out_prod = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    # The durable subscription on cb holds what arrives (the consumer leaves at once).
+    c = ctx.Process(target=consume, args=(b.service_url, topic, 0, ready, out_remote))
+    c.start()
+    ready.get(timeout=60)
+    out_remote.get(timeout=60)
+    c.join(60)
+    stats_path = "/admin/v2/persistent/" + topic[len("persistent://") :] + "/stats"
+    b.stop()
+    producer = ctx.Process(
+        target=produce, args=(a.service_url, topic, count, 0, keys, batching, out_prod)
+    )
+    producer.start()
+    out_prod.get(timeout=600)
+    producer.join(60)
+    entries = a.admin("GET", stats_path)[1]["replication"]["cb"]["replicationBacklog"]
+    load_before = os.getloadavg()
+    b.start(same_ports=True)
+    while True:
+        rep = a.admin("GET", stats_path)[1]["replication"]["cb"]
+        if rep["replicationBacklog"] == 0:
+            end = time.time()
+            break
+        time.sleep(0.05)  # each poll costs ca's loop a few ms: not faster
+    since = rep["outboundConnectedSince"]
+    start = (
+        calendar.timegm(time.strptime(since[:19], "%Y-%m-%dT%H:%M:%S")) + int(since[20:23]) / 1e3
+    )
+    seconds = end - start
+    return {
+        "messages": count,
+        "entries": entries,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "drain_seconds": round(seconds, 3),
+        "entries_per_s": round(entries / seconds),
+        "msg_per_s": round(count / seconds),
+    }
+
+
 def _show(label: str, r: dict[str, Any]) -> None:
     print(f"{label}: {r['messages']} messages, load {r['load_before'][0]:.2f}")
     for name in ("local", "remote"):
@@ -207,33 +259,48 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--keys", type=int, default=100)
-    parser.add_argument("--batching", choices=("default", "keybased"), default="default")
+    parser.add_argument("--catch-up-messages", type=int, default=300_000)
+    parser.add_argument("--batching", choices=("default", "keybased", "none"), default="default")
     parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--phases", default="throughput,lag,catch-up")
     parser.add_argument("--out", type=Path, default=RESULTS / "replication.json")
     args = parser.parse_args()
+    result: dict[str, Any] = {
+        "bench": "replication",
+        "payload_bytes": SIZE,
+        "keys": args.keys,
+        "batching": args.batching
+        if args.batching == "none"
+        else f"{args.batching}, 1000 messages or 5 ms",
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+    }
     a = BrokerProcess(conf={"clusterName": "ca"})
     b = BrokerProcess(conf={"clusterName": "cb"})
     try:
         a.start()
         b.start()
         _setup(a, b)
-        throughput = phase(a, b, args.messages, 0, args.keys, args.batching)
-        _show("throughput", throughput)
-        lag = phase(a, b, int(args.rate * args.seconds), args.rate, args.keys, args.batching)
-        _show(f"lag at {args.rate:.0f} msg/s", lag)
+        phases = set(args.phases.split(","))
+        if "throughput" in phases:
+            result["throughput"] = phase(a, b, args.messages, 0, args.keys, args.batching)
+            _show("throughput", result["throughput"])
+        if "lag" in phases:
+            count = int(args.rate * args.seconds)
+            result["lag"] = phase(a, b, count, args.rate, args.keys, args.batching)
+            _show(f"lag at {args.rate:.0f} msg/s", result["lag"])
+        if "catch-up" in phases:
+            drain = catch_up(a, b, args.catch_up_messages, args.keys, args.batching)
+            result["catch_up"] = drain
+            print(
+                f"catch-up: {drain['entries']} entries ({args.catch_up_messages} messages) in "
+                f"{drain['drain_seconds']} s: "
+                f"{drain['entries_per_s']} entries/s, {drain['msg_per_s']} msg/s, "
+                f"load {drain['load_before'][0]:.2f}"
+            )
     finally:
         a.close()
         b.close()
-    result = {
-        "bench": "replication",
-        "payload_bytes": SIZE,
-        "keys": args.keys,
-        "batching": f"{args.batching}, 1000 messages or 5 ms",
-        "cpus": os.cpu_count(),
-        "python": sys.version.split()[0],
-        "throughput": throughput,
-        "lag": lag,
-    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"written to {args.out}")
