@@ -267,6 +267,16 @@ class BrokerConfig:
     replicatedSubscriptionsSnapshotFrequencyMillis: int = 1000
     replicatedSubscriptionsSnapshotTimeoutSeconds: int = 30
     replicatedSubscriptionsSnapshotMaxCachedPerSubscription: int = 10
+    # --- geo-replication (broker/replication/) --------------------------------------------
+    # The replicator makes the topic exist on the remote cluster, shaped as here (Pulsar's
+    # GeoPersistentReplicator.prepareCreateProducer, through the remote's admin API).
+    createTopicToRemoteClusterForReplication: bool = True
+    # TLS towards other clusters: brokerServiceUrlTls / serviceUrlTls, verified against
+    # brokerClientTrustCertsFilePath (empty: the system's CAs).
+    brokerClientTlsEnabled: bool = False
+    brokerClientTrustCertsFilePath: str = ""
+    # Check the remote's host name too (Pulsar's default: the chain only).
+    tlsHostnameVerificationEnabled: bool = False
     # --- stats ---------------------------------------------------------------------------
     statsUpdateFrequencyInSecs: int = 60
     exposeConsumerLevelMetricsInPrometheus: bool = False

@@ -265,3 +265,56 @@ def test_dashboard_marks_a_topic_over_its_backlog_quota(
         assert badge(under) == ""
     finally:
         client.close()
+
+
+def test_dashboard_shows_each_remote_clusters_replication(browser: Chromium) -> None:
+    here = BrokerProcess(conf={"clusterName": "here"})
+    there = BrokerProcess(conf={"clusterName": "there"})
+    topic = "persistent://geo/ns/replicated"
+    try:
+        here.start()
+        there.start()
+        for b, name, other in ((here, "there", there), (there, "here", here)):
+            body = {"serviceUrl": other.web_url, "brokerServiceUrl": other.service_url}
+            for method, path, data in (
+                ("PUT", f"/admin/v2/clusters/{name}", body),
+                ("PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["here", "there"]}),
+                ("PUT", "/admin/v2/namespaces/geo/ns", {}),
+                ("POST", "/admin/v2/namespaces/geo/ns/replication", ["here", "there"]),
+            ):
+                status, answer = b.admin(method, path, data)
+                assert status == 204, (path, status, answer)
+        client = make_client(here.service_url)
+        try:
+            client.subscribe(topic, "audit").close()
+            producer = client.create_producer(topic, batching_enabled=False)
+            producer.send(b"first")
+            browser.goto(f"{here.web_url}/")
+            browser.wait_for("document.body.dataset.loaded === 'true'")
+            rep = (
+                f"document.querySelector('article.topic[data-topic={json.dumps(topic)}] "
+                '.replication .r[data-cluster="there"]\')'
+            )
+
+            def shown() -> tuple[str, str, str]:
+                got = browser.eval(
+                    f"(() => {{ const r = {rep}; return r ? [r.className, "
+                    "r.querySelector('.state').textContent, "
+                    "(r.querySelector('.backlog') || {textContent: ''}).textContent] "
+                    ": ['', '', '']; })()"
+                )
+                return (str(got[0]), str(got[1]), str(got[2]))
+
+            _until("replicating", shown, ("r up", "connected", "0"))
+            # The remote goes away: the page shows its replicator down and what waits for it.
+            there.kill()
+            for i in range(3):
+                producer.send(f"m{i}".encode())
+            _until("remote down", shown, ("r down", "disconnected", "3"), timeout=20)
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            browser.screenshot(SCREENSHOTS / "dashboard-replication.png")
+        finally:
+            client.close()
+    finally:
+        here.close()
+        there.close()

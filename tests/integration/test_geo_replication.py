@@ -534,3 +534,56 @@ def test_unloaded_topic_goes_on_replicating(pair: tuple[BrokerProcess, BrokerPro
     b.start(same_ports=True)
     a.start(same_ports=True)
     assert [m.data() for m in _read_all(b, topic, 1)] == [b"m2"]
+
+
+def test_partitioned_topic_missing_on_the_remote_is_created_there(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = pair
+    ns = "geo/auto"
+    for x in (a, b):
+        if x.admin("GET", f"/admin/v2/namespaces/{ns}")[0] == 404:
+            # Retention: what reaches cb before anyone subscribes there is kept to be read.
+            ok(x, "PUT", f"/admin/v2/namespaces/{ns}", {"deduplicationEnabled": True})
+            ok(x, "POST", f"/admin/v2/namespaces/{ns}/replication", ["ca", "cb"])
+            retention = {"retentionTimeInMinutes": 60, "retentionSizeInMB": 100}
+            ok(x, "POST", f"/admin/v2/namespaces/{ns}/retention", retention)
+    topic = f"persistent://{ns}/t-{uuid.uuid4().hex[:10]}"
+    rest = f"/admin/v2/persistent/{topic[len('persistent://') :]}"
+    # Created on ca only: the replicators create it on cb with the same partitions.
+    ok(a, "PUT", rest + "/partitions", 3)
+    client = _client(a)
+    try:
+        producer = client.create_producer(topic, batching_enabled=False)
+        for i in range(30):
+            producer.send(f"m{i}".encode(), partition_key=f"k{i % 5}")
+    finally:
+        client.close()
+    _wait(
+        lambda: (
+            ok(a, "GET", rest + "/partitioned-stats")["replication"]["cb"]["replicationBacklog"]
+            == 0
+        ),
+        30,
+    )
+    assert ok(b, "GET", rest + "/partitions") == {"partitions": 3}
+    got = _read_all(b, topic, 30)
+    assert sorted(m.data() for m in got) == sorted(f"m{i}".encode() for i in range(30))
+    for k in range(5):
+        of_key = [int(m.data()[1:]) for m in got if m.partition_key() == f"k{k}"]
+        assert of_key == sorted(of_key)
+
+    # A different shape on the remote: nothing is written there, the replicator waits.
+    other = f"persistent://{ns}/t-{uuid.uuid4().hex[:10]}"
+    rest_other = f"/admin/v2/persistent/{other[len('persistent://') :]}"
+    ok(b, "PUT", rest_other + "/partitions", 2)
+    ok(a, "PUT", rest_other + "/partitions", 3)
+    client = _client(a)
+    try:
+        client.create_producer(other, batching_enabled=False).send(b"x", partition_key="k")
+    finally:
+        client.close()
+    time.sleep(2.0)
+    merged = ok(a, "GET", rest_other + "/partitioned-stats")["replication"]["cb"]
+    assert merged["connected"] is False and merged["replicationBacklog"] == 1
+    assert ok(b, "GET", rest_other + "/partitioned-stats")["msgInCounter"] == 0

@@ -4,7 +4,8 @@ The page (``admin/assets``: plain HTML, CSS and JavaScript, no build step, nothi
 host) polls ``GET /dashboard/api/overview`` about once a second and draws topics, subscriptions,
 consumers, backlog and rates; for each Key_Shared subscription, the hash space with each
 consumer's ranges and the draining hashes; a topic over its backlog quota; a topic's latest
-schema (type and version, the definition on hover). A click on a hash asks the admin API's
+schema (type and version, the definition on hover); a replicated topic's remote clusters, each
+with its replicator's state (connected, backlog, delay, rates; the last error on hover). A click on a hash asks the admin API's
 ``.../subscription/{sub}/hashBlockers?hash=H`` what blocks it.
 
 The snapshot is the admin stats (same field names) of every loaded topic, with what the stats
@@ -72,6 +73,13 @@ def overview(service: BrokerService) -> dict[str, Any]:
         ):
             # Its connection is not read now: a publish rate limit holds it.
             producer["rateLimited"] = id(live_producer.transport) in held
+        # Which clusters this topic replicates to (stats also list clusters that only
+        # replicate here), and why a replicator is not connected.
+        replicators = topic.replication.replicators
+        st["replicationOutbound"] = sorted(replicators)
+        st["replicationErrors"] = {
+            c: r.last_error for c, r in sorted(replicators.items()) if r.last_error
+        }
         st["name"] = topic.name.full
         st["namespace"] = topic.name.namespace_name
         st["subscriptions"] = subs

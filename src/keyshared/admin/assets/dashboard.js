@@ -191,6 +191,31 @@
     return '<span class="badge drain over-quota" title="' + esc(tip) + '">over quota: ' + esc(what) + "</span>";
   }
 
+  // Each remote cluster of a replicated topic: its replicator's state, backlog and delay (the
+  // last error on hover); a cluster that only replicates here shows its inbound rate.
+  function replicationHTML(t) {
+    const rep = t.replication || {};
+    const clusters = Object.keys(rep).sort();
+    if (!clusters.length) return "";
+    const outbound = new Set(t.replicationOutbound || []);
+    const errors = t.replicationErrors || {};
+    return '<div class="replication"><span class="muted">replication:</span> ' + clusters.map((c) => {
+      const r = rep[c];
+      const out = outbound.has(c);
+      const cls = out ? (r.connected ? "up" : "down") : "in-only";
+      const state = out ? (r.connected ? "connected" : "disconnected") : "inbound only";
+      const tip = errors[c] ? ' title="' + esc(errors[c]) + '"' : "";
+      return '<span class="r ' + cls + '" data-cluster="' + esc(c) + '"' + tip + "><b>→ " + esc(c) +
+        '</b> <span class="badge state">' + state + "</span>" +
+        (out
+          ? ' backlog <span class="backlog">' + fmtInt(r.replicationBacklog) + "</span> · delay " +
+            '<span class="delay">' + fmtInt(r.replicationDelayInSeconds) + "</span> s · out " +
+            fmtRate(r.msgRateOut) + " msg/s"
+          : "") +
+        " · in " + fmtRate(r.msgRateIn) + " msg/s</span>";
+    }).join("") + "</div>";
+  }
+
   function renderTopic(el, t) {
     const [head, prods, subsEl] = el.children;
     setHTML(head,
@@ -202,7 +227,9 @@
       metric("storage", fmtBytes(t.storageSize)) +
       metric("backlog", fmtInt(t.msgBacklog), "msgs") +
       sparkline(t.name));
-    setHTML(prods, t.publishers.length
+    // The producers, the schema and the replication in one line (the schema was added to
+    // setHTML's result, not to the HTML, until the replication joined it).
+    setHTML(prods, (t.publishers.length
       ? '<span class="muted">producers:</span> ' + t.publishers.map((p) =>
           '<span class="p' + (p.rateLimited ? ' throttled" title="a publish rate limit holds this producer: its sends wait' : "") +
           '" data-producer="' + esc(p.producerName) + '"><b>' + esc(p.producerName) + "</b> " +
@@ -212,7 +239,8 @@
       (t.schema
         ? ' <span class="p schema" title="' + esc(t.schema.data) + '"><span class="muted">schema:</span> <b>' +
             esc(t.schema.type) + "</b> v" + fmtInt(t.schema.version) + "</span>"
-        : "");
+        : "") +
+      replicationHTML(t));
 
     const names = new Set(t.subscriptions.map((s) => s.name));
     for (const child of [...subsEl.children]) {

@@ -5,7 +5,10 @@ development dependency only), it speaks the public binary protocol as any client
 same replicator ships data to a keyshared broker or an Apache Pulsar cluster. It does what the
 replicator needs and nothing more: CONNECT with the cluster's credentials (answering
 AUTH_CHALLENGE with them again), LOOKUP with redirects, PRODUCER, SEND and its receipts in
-order, PING/PONG. Any failure (refused request, SEND_ERROR, CLOSE_PRODUCER, lost socket) ends
+order, PING/PONG, and the client's keep-alive: a remote silent for an interval is pinged, and
+one still silent an interval later is given up (a partitioned or frozen peer keeps its socket
+open: without this the replicator would wait on its receipts for as long as TCP lets it, while
+Pulsar's replication client, with the ordinary client's keep-alive, reconnects). Any failure (refused request, SEND_ERROR, CLOSE_PRODUCER, lost socket) ends
 the whole connection: the replicator starts again from its cursor's mark-delete position.
 """
 
@@ -14,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +33,8 @@ log = logging.getLogger(__name__)
 _T = pb.BaseCommand
 CLIENT_VERSION = "keyshared-replicator"
 MAX_REDIRECTS = 5
+KEEPALIVE_SECONDS = 30.0
+"""The client's ``keepAliveIntervalSeconds`` default (the broker passes its own setting)."""
 
 
 class RemoteError(Exception):
@@ -49,8 +56,11 @@ class RemoteConnection:
         writer: asyncio.StreamWriter,
         url: str,
         credentials: ClientCredentials,
+        keepalive: float = KEEPALIVE_SECONDS,
+        tls: bool = False,
     ) -> None:
         self.url = url
+        self.tls = tls
         self.credentials = credentials
         self._reader = reader
         self._writer = writer
@@ -65,24 +75,39 @@ class RemoteConnection:
         sock = writer.get_extra_info("sockname")
         if isinstance(sock, tuple) and len(sock) >= 2:
             self.local_address = f"{sock[0]}:{sock[1]}"
+        self.last_received = time.monotonic()
         self._task = asyncio.ensure_future(self._read_loop())
+        self._pinger = asyncio.ensure_future(self._keepalive(keepalive)) if keepalive > 0 else None
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
     async def open(
-        cls, url: str, credentials: ClientCredentials = NO_CREDENTIALS, timeout: float = 10.0
+        cls,
+        url: str,
+        credentials: ClientCredentials = NO_CREDENTIALS,
+        timeout: float = 10.0,
+        keepalive: float = KEEPALIVE_SECONDS,
+        tls: ssl.SSLContext | None = None,
     ) -> RemoteConnection:
-        """Connect to ``pulsar://host:port`` and complete the CONNECT handshake."""
+        """Connect to ``pulsar://host:port`` (``pulsar+ssl://`` with ``tls``) and complete the
+        CONNECT handshake."""
         parsed = urlparse(url)
-        if parsed.scheme != "pulsar" or not parsed.hostname or not parsed.port:
-            raise RemoteError(f"unsupported broker service URL {url!r} (pulsar://host:port)")
+        scheme = "pulsar+ssl" if tls is not None else "pulsar"
+        if parsed.scheme != scheme or not parsed.hostname or not parsed.port:
+            raise RemoteError(f"unsupported broker service URL {url!r} ({scheme}://host:port)")
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(parsed.hostname, parsed.port), timeout
+                asyncio.open_connection(
+                    parsed.hostname,
+                    parsed.port,
+                    ssl=tls,
+                    server_hostname=parsed.hostname if tls is not None else None,
+                ),
+                timeout,
             )
         except (TimeoutError, OSError) as exc:
             raise RemoteError(f"cannot connect to {url}: {exc!r}") from exc
-        conn = cls(reader, writer, url, credentials)
+        conn = cls(reader, writer, url, credentials, keepalive, tls is not None)
         try:
             method = None if credentials.method == "none" else credentials.method
             conn._write(
@@ -125,7 +150,7 @@ class RemoteConnection:
         r = answer.lookupTopicResponse
         if r.response == pb.CommandLookupTopicResponse.Failed:
             raise RemoteError(f"lookup of {topic} failed: {r.message}")
-        url = r.brokerServiceUrl or None
+        url = (r.brokerServiceUrlTls if self.tls else r.brokerServiceUrl) or None
         if r.proxy_through_service_url or url == self.url:
             return None, r.authoritative
         if r.response == pb.CommandLookupTopicResponse.Connect:
@@ -189,6 +214,7 @@ class RemoteConnection:
                 data = await self._reader.read(65536)
                 if not data:
                     break
+                self.last_received = time.monotonic()
                 self._decoder.feed(data)
                 for frame in self._decoder:
                     self._on_command(frame.command)
@@ -199,6 +225,22 @@ class RemoteConnection:
         except asyncio.CancelledError:
             why = "connection closed"
         self._fail(RemoteError(f"{self.url}: {why}"))
+
+    async def _keepalive(self, interval: float) -> None:
+        """Ping a remote silent for ``interval``; give it up when the ping went unanswered
+        (anything received counts as an answer, as in Pulsar's ``ClientCnx``)."""
+        ping_sent: float | None = None
+        while self.error is None:
+            await asyncio.sleep(interval if ping_sent is not None else interval / 2)
+            now = time.monotonic()
+            if ping_sent is not None:
+                if self.last_received < ping_sent:
+                    self._fail(RemoteError(f"{self.url}: no answer to a keep-alive ping"))
+                    return
+                ping_sent = None
+            if now - self.last_received >= interval and self.error is None:
+                ping_sent = now
+                self._writer.write(commands.ping())
 
     def _on_command(self, cmd: pb.BaseCommand) -> None:
         t = cmd.type
@@ -277,14 +319,21 @@ class RemoteConnection:
         """Close the connection; whatever is pending fails with :class:`RemoteError`."""
         self._fail(RemoteError(f"{self.url}: connection closed"))
         self._task.cancel()
+        if self._pinger is not None:
+            self._pinger.cancel()
 
 
 async def connect_for_topic(
-    url: str, topic: str, credentials: ClientCredentials, timeout: float = 10.0
+    url: str,
+    topic: str,
+    credentials: ClientCredentials,
+    timeout: float = 10.0,
+    keepalive: float = KEEPALIVE_SECONDS,
+    tls: ssl.SSLContext | None = None,
 ) -> RemoteConnection:
     """A connection to the broker of the remote cluster at ``url`` that serves ``topic``,
-    following lookup redirects as the clients do."""
-    conn = await RemoteConnection.open(url, credentials, timeout)
+    following lookup redirects as the clients do (to TLS URLs over TLS)."""
+    conn = await RemoteConnection.open(url, credentials, timeout, keepalive, tls)
     for _ in range(MAX_REDIRECTS):
         try:
             target, _authoritative = await conn.lookup(topic, timeout)
@@ -294,6 +343,6 @@ async def connect_for_topic(
         if target is None:
             return conn
         conn.close()
-        conn = await RemoteConnection.open(target, credentials, timeout)
+        conn = await RemoteConnection.open(target, credentials, timeout, keepalive, tls)
     conn.close()
     raise RemoteError(f"lookup of {topic} redirected more than {MAX_REDIRECTS} times")

@@ -20,15 +20,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from keyshared.broker.client_credentials import ClientCredentials, CredentialsError
 from keyshared.broker.rates import RateMeter
-from keyshared.broker.replication.client import RemoteConnection, RemoteError, connect_for_topic
+from keyshared.broker.replication.client import (
+    KEEPALIVE_SECONDS,
+    RemoteConnection,
+    RemoteError,
+    connect_for_topic,
+)
 from keyshared.broker.replication.decisions import (
     Backoff,
     forward_section,
@@ -49,8 +55,8 @@ MAX_PENDING = 1000
 """Sends awaiting the remote's receipt (Pulsar's ``replicationProducerQueueSize``)."""
 
 RemoteTarget = Callable[[], tuple[str, ClientCredentials]]
-"""The remote cluster's ``brokerServiceUrl`` and credentials, read afresh at each connection
-(raises :class:`RemoteError` when the cluster is not known)."""
+"""The remote cluster's ``brokerServiceUrl`` (``brokerServiceUrlTls`` over TLS) and credentials,
+read afresh at each connection (raises :class:`RemoteError` when the cluster is not known)."""
 
 
 class _Restart(Exception):
@@ -78,6 +84,9 @@ class Replicator:
         read_batch: int = READ_BATCH,
         max_pending: int = MAX_PENDING,
         backoff: Backoff | None = None,
+        keepalive: float = KEEPALIVE_SECONDS,
+        prepare: Callable[[], Awaitable[None]] | None = None,
+        tls: Callable[[], ssl.SSLContext | None] | None = None,
     ) -> None:
         self.topic = topic
         self.local = local
@@ -87,6 +96,11 @@ class Replicator:
         self.read_batch = read_batch
         self.max_pending = max_pending
         self.backoff = backoff or Backoff()
+        self.keepalive = keepalive
+        # Run before each connection: makes the topic exist on the remote (remote_topic.py).
+        self.prepare = prepare
+        # The TLS context for a pulsar+ssl target (replication/tls.py), read with the target.
+        self.tls = tls
         self.producer_name = replicator_producer_name(local, remote)
         self.connected = False
         self.connected_since: float | None = None
@@ -123,7 +137,12 @@ class Replicator:
             conn: RemoteConnection | None = None
             try:
                 url, credentials = self.target()
-                conn = await connect_for_topic(url, self.topic, credentials)
+                tls = self.tls() if self.tls is not None else None
+                if self.prepare is not None:
+                    await self.prepare()
+                conn = await connect_for_topic(
+                    url, self.topic, credentials, keepalive=self.keepalive, tls=tls
+                )
                 await conn.create_producer(self.topic, 1, self.producer_name)
                 self.sessions += 1
                 self.connected = True

@@ -22,7 +22,9 @@ from keyshared.broker.replication.decisions import (
     replicator_cursor_name,
 )
 from keyshared.broker.replication.policy import effective_replication_clusters
+from keyshared.broker.replication.remote_topic import ensure_remote_topic
 from keyshared.broker.replication.replicator import Replicator
+from keyshared.broker.replication.tls import RemoteUrls, remote_urls
 from keyshared.broker.topic_common import producer_stats
 from keyshared.storage.cursor import ManagedCursor
 from keyshared.storage.position import LATEST
@@ -64,6 +66,9 @@ class TopicReplication:
                 remote=remote,
                 cursor=cursor,
                 target=lambda remote=remote: self.target(remote),  # type: ignore[misc]
+                keepalive=float(self.topic.config.keepAliveIntervalSeconds),
+                prepare=lambda remote=remote: self.prepare_remote(remote),  # type: ignore[misc]
+                tls=lambda remote=remote: self.urls(remote).ssl,  # type: ignore[misc]
             )
             self.replicators[remote] = rep
             try:
@@ -83,14 +88,21 @@ class TopicReplication:
             rep.start()
 
     def target(self, remote: str) -> tuple[str, ClientCredentials]:
-        """Cluster ``remote``'s ``brokerServiceUrl`` and the credentials to present there:
-        its ``authenticationPlugin``/``...Parameters``, else the broker's own client's."""
+        """Cluster ``remote``'s ``brokerServiceUrl`` (``brokerServiceUrlTls`` over TLS,
+        :mod:`.tls`) and the credentials to present there: its
+        ``authenticationPlugin``/``...Parameters``, else the broker's own client's."""
+        return self.urls(remote).broker_url, self.credentials(remote)
+
+    def urls(self, remote: str) -> RemoteUrls:
+        """Where cluster ``remote`` is reached, and how (:mod:`.tls`)."""
         data = self.topic.service.clusters.get(remote)
         if data is None:
             raise RemoteError(f"cluster {remote} is not registered")
-        url = data.get("brokerServiceUrl") or ""
-        if not url:
-            raise RemoteError(f"cluster {remote} has no brokerServiceUrl")
+        return remote_urls(remote, data, self.topic.config)
+
+    def credentials(self, remote: str) -> ClientCredentials:
+        """What the replicator presents to cluster ``remote``."""
+        data = self.topic.service.clusters.get(remote) or {}
         plugin = str(data.get("authenticationPlugin") or "")
         if plugin:
             creds = client_credentials(
@@ -109,7 +121,24 @@ class TopicReplication:
             )
         if creds.method == "tls":
             raise RemoteError(f"cluster {remote}: TLS client authentication is not supported yet")
-        return str(url), creds
+        return creds
+
+    async def prepare_remote(self, remote: str) -> None:
+        """Make this topic exist on ``remote``, shaped as here (:mod:`.remote_topic`), when
+        ``createTopicToRemoteClusterForReplication`` is on and the cluster has an admin URL."""
+        if not self.topic.config.createTopicToRemoteClusterForReplication:
+            return
+        urls = self.urls(remote)
+        if not urls.admin_url:
+            return  # nothing to ask: the producer's own request decides
+        creds = self.credentials(remote)
+        name = self.topic.name
+        partitions = (
+            self.topic.service.partitions_of(name.partitioned_base)
+            if name.partition_index >= 0
+            else 0
+        )
+        await ensure_remote_topic(urls.admin_url, name, partitions, creds, urls.ssl)
 
     def cursors(self) -> list[ManagedCursor]:
         """The replicators' durable cursors (they hold data back from retention)."""
