@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -90,6 +91,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keys", type=_ints, default=None, help="key spaces, e.g. 1000,100000")
     parser.add_argument(
         "--list", action="store_true", help="print the selected cells and an estimate; run nothing"
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="recompute the summaries of a written result and rewrite its JSON and Markdown; "
+        "run nothing",
     )
     parser.add_argument("--skip-latency", action="store_true", help="skip the latency runs")
     parser.add_argument(
@@ -211,9 +220,11 @@ def run_throughput(
     runs: int,
     settings: runner.Settings,
     scratch: Path,
-) -> list[dict[str, Any]]:
-    """Every cell, ``runs`` rounds, brokers interleaved within each round."""
-    results = []
+    results: list[dict[str, Any]],
+    after_cell: Callable[[], object],
+) -> None:
+    """Every cell, ``runs`` rounds, brokers interleaved within each round; each cell's
+    summary is appended to ``results``, then ``after_cell`` is called."""
     for number, workload in enumerate(workloads, 1):
         records: list[dict[str, Any]] = []
         for round_index in range(runs):
@@ -231,7 +242,7 @@ def run_throughput(
         summary = report.summarize_workload(workload.as_dict(), records)
         summary["runs"] = records
         results.append(summary)
-    return results
+        after_cell()
 
 
 def run_latency(
@@ -241,9 +252,10 @@ def run_latency(
     runs: int,
     settings: runner.Settings,
     scratch: Path,
-) -> list[dict[str, Any]]:
-    """Paced publish latency per cell, brokers interleaved."""
-    results = []
+    results: list[dict[str, Any]],
+    after_cell: Callable[[], object],
+) -> None:
+    """Paced publish latency per cell, brokers interleaved; appended to ``results``."""
     for cell in cells:
         records: list[dict[str, Any]] = []
         for round_index in range(runs):
@@ -258,7 +270,7 @@ def run_latency(
         summary = report.summarize_latency(cell.as_dict(), records)
         summary["runs"] = records
         results.append(summary)
-    return results
+        after_cell()
 
 
 # Rough costs per run on this 2-core machine under load 2-5, from the runs of 2026-11-25, for
@@ -301,6 +313,16 @@ def estimate_seconds(
     return total
 
 
+def render(path: Path) -> int:
+    """Re-summarize the result at ``path`` from its raw runs; rewrite it and its Markdown."""
+    result = report.rebuild(json.loads(path.read_text()))
+    markdown = report.render_markdown(result)
+    path.write_text(json.dumps(report.json_safe(result), indent=2) + "\n")
+    path.with_suffix(".md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
 def _raise_on_sigterm(signum: int, _frame: FrameType | None) -> None:
     # Turn SIGTERM into an exception so every finally block stops its broker.
     raise SystemExit(128 + signum)
@@ -310,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the process exit code."""
     raw_argv = sys.argv[1:] if argv is None else argv
     args = parse_args(raw_argv)
+    if args.render is not None:
+        return render(args.render)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     out: Path = args.out or REPO / "bench" / "results" / (
@@ -380,65 +404,93 @@ def main(argv: list[str] | None = None) -> int:
         f"estimated {estimate / 60:.0f} min"
     )
     started_at = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    loads: list[float] = []
     began = time.perf_counter()
+    startup: dict[str, list[dict[str, Any]]] = {}
+    throughput: list[dict[str, Any]] = []
+    latency: list[dict[str, Any]] = []
+
+    def result(partial: bool) -> dict[str, Any]:
+        loads = [
+            run["loadavg_before"][0]
+            for group in (throughput, latency)
+            for item in group
+            for run in item["runs"]
+            if "loadavg_before" in run
+        ]
+        meta = {
+            "command": _command_line(raw_argv),
+            "started_at": started_at,
+            "elapsed_s": time.perf_counter() - began,
+            "partial": partial,
+            "git_commit": _git_commit(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(terse=True),
+            "python": platform.python_version(),
+            "versions": _versions(),
+            "brokers": names,
+            "runs": runs,
+            "quick": args.quick,
+            "matrix": "full" if full_matrix else "smoke",
+            "estimated_s": estimate,
+            "cells": len(workloads),
+            "latency_cells": len(latency_cells),
+            "settings": {
+                "batch_delay_ms": settings.batch_delay_ms,
+                "max_pending_messages": settings.max_pending,
+                "receiver_queue_size": settings.receiver_queue_size,
+                "latency_duration_s": settings.latency_duration_s,
+                "latency_warmup_s": settings.latency_warmup_s,
+                "consumer_idle_timeout_ms": settings.idle_timeout_ms,
+            },
+            "loadavg_min": min(loads, default=float("nan")),
+            "loadavg_max": max(loads, default=float("nan")),
+            "notes": notes
+            + (
+                [
+                    f"partial: {len(throughput)} of {len(workloads)} throughput cells and "
+                    f"{len(latency)} of {len(latency_cells)} latency cells done"
+                ]
+                if partial
+                else []
+            ),
+        }
+        return {
+            "meta": meta,
+            "startup": report.summarize_startup(startup) if startup else {},
+            "throughput": throughput,
+            "key_shared_ratios": report.derive_key_shared_ratios(throughput),
+            "latency": latency,
+        }
+
+    def write(partial: bool) -> str:
+        # Rewritten after every cell, so an interrupted long run keeps what it measured.
+        done = result(partial)
+        markdown = report.render_markdown(done)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report.json_safe(done), indent=2) + "\n")
+        out.with_suffix(".md").write_text(markdown)
+        return markdown
 
     scratch = Path(tempfile.mkdtemp(prefix="keyshared-bench-"))
     pool = WorkerPool(runner.pool_size_for(workloads, latency_cells))
     try:
-        startup = {} if args.skip_startup else run_startup(names, scratch)
-        throughput = run_throughput(pool, names, workloads, runs, settings, scratch)
-        latency = run_latency(pool, names, latency_cells, runs, settings, scratch)
+        if not args.skip_startup:
+            startup.update(run_startup(names, scratch))
+        run_throughput(
+            pool, names, workloads, runs, settings, scratch, throughput, lambda: write(True)
+        )
+        run_latency(
+            pool, names, latency_cells, runs, settings, scratch, latency, lambda: write(True)
+        )
     finally:
         pool.close()
         for leftover in scratch.iterdir():
             _log(f"warning: leftover {leftover}")
         subprocess.run(["rm", "-rf", str(scratch)], check=False, timeout=60)
 
-    for group in (throughput, latency):
-        for item in group:
-            loads += [run["loadavg_before"][0] for run in item["runs"] if "loadavg_before" in run]
-    meta = {
-        "command": _command_line(raw_argv),
-        "started_at": started_at,
-        "elapsed_s": time.perf_counter() - began,
-        "git_commit": _git_commit(),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(terse=True),
-        "python": platform.python_version(),
-        "versions": _versions(),
-        "brokers": names,
-        "runs": runs,
-        "quick": args.quick,
-        "matrix": "full" if full_matrix else "smoke",
-        "estimated_s": estimate,
-        "cells": len(workloads),
-        "latency_cells": len(latency_cells),
-        "settings": {
-            "batch_delay_ms": settings.batch_delay_ms,
-            "max_pending_messages": settings.max_pending,
-            "receiver_queue_size": settings.receiver_queue_size,
-            "latency_duration_s": settings.latency_duration_s,
-            "latency_warmup_s": settings.latency_warmup_s,
-            "consumer_idle_timeout_ms": settings.idle_timeout_ms,
-        },
-        "loadavg_min": min(loads, default=float("nan")),
-        "loadavg_max": max(loads, default=float("nan")),
-        "notes": notes,
-    }
-    result = {
-        "meta": meta,
-        "startup": report.summarize_startup(startup) if startup else {},
-        "throughput": throughput,
-        "key_shared_ratios": report.derive_key_shared_ratios(throughput),
-        "latency": latency,
-    }
-    markdown = report.render_markdown(result)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.json_safe(result), indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown)
+    markdown = write(False)
     print(markdown)
-    _log(f"wrote {out} and {out.with_suffix('.md')} in {meta['elapsed_s']:.0f} s")
+    _log(f"wrote {out} and {out.with_suffix('.md')} in {time.perf_counter() - began:.0f} s")
     return 0
 
 

@@ -37,11 +37,14 @@ def _cpu_per(runs: Sequence[dict[str, Any]], count_key: str) -> dict[str, float]
         [
             run["broker_cpu_s"] * 1e6 / run[count_key]
             for run in _ok_runs(runs)
-            if run.get("complete")
-            and run.get(count_key)
-            and not math.isnan(run.get("broker_cpu_s", math.nan))
+            if run.get("complete") and run.get(count_key) and _finite(run.get("broker_cpu_s"))
         ]
     )
+
+
+def _finite(value: Any) -> bool:
+    # Figures read back from JSON have None where a NaN was written.
+    return isinstance(value, int | float) and math.isfinite(value)
 
 
 def summarize_workload(workload: dict[str, Any], runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -65,6 +68,9 @@ def summarize_workload(workload: dict[str, Any], runs: Sequence[dict[str, Any]])
             "runs_ok": len(ok),
             "runs_failed": len(mine) - len(ok),
             "runs_incomplete": sum(1 for run in ok if not run.get("complete", False)),
+            # Of those, the ones still progressing when the run's time limit hit (too slow,
+            # rather than stalled).
+            "runs_over_time": sum(1 for run in ok if run.get("outcome") == "deadline"),
             "duplicates": sum(int(run.get("duplicates", 0)) for run in ok),
             "missing": sum(int(run.get("missing", 0)) for run in ok),
             "unacked": sum(int(run["messages"]) - int(run.get("acked", 0)) for run in ok),
@@ -170,7 +176,7 @@ def summarize_latency(cell: dict[str, Any], runs: Sequence[dict[str, Any]]) -> d
                 * 1e6
                 / (run["acked"] + run.get("background", {}).get("acked", 0))
                 for run in _ok_runs(mine)
-                if run.get("acked") and not math.isnan(run.get("broker_cpu_s", math.nan))
+                if run.get("acked") and _finite(run.get("broker_cpu_s"))
             ]
         )
         figures["loadavg"] = _loads(mine)
@@ -210,6 +216,28 @@ def summarize_startup(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any
     return result
 
 
+def rebuild(result: dict[str, Any]) -> dict[str, Any]:
+    """Recompute every summary and derived ratio from the raw runs of a written JSON result,
+    so a report can be re-rendered (``run_e2e.py --render``) after the summaries change."""
+    throughput = []
+    for item in result.get("throughput", []):
+        summary_ = summarize_workload(item["workload"], item["runs"])
+        summary_["runs"] = item["runs"]
+        throughput.append(summary_)
+    latency = []
+    for item in result.get("latency", []):
+        cell = item.get("cell") or {"size": item["size"], "rate": 1000, "background_rate": 0}
+        summary_ = summarize_latency(cell, item["runs"])
+        summary_["runs"] = item["runs"]
+        latency.append(summary_)
+    return {
+        **result,
+        "throughput": throughput,
+        "key_shared_ratios": derive_key_shared_ratios(throughput),
+        "latency": latency,
+    }
+
+
 def json_safe(value: Any) -> Any:
     """Replace NaN and infinities (not valid JSON) with None, recursively."""
     if isinstance(value, float):
@@ -245,6 +273,7 @@ def _met(target: dict[str, Any] | None) -> str:
 _PROBLEM_KEYS = (
     ("runs_failed", "failed"),
     ("runs_incomplete", "stalled"),
+    ("runs_over_time", "over time limit"),
     ("unacked", "unacked"),
     ("duplicates", "dup"),
     ("missing", "missing"),
@@ -256,14 +285,22 @@ def _cell(broker: dict[str, Any] | None, metric: str) -> str:
         return "-"
     figure = broker[metric]
     runs = broker["runs_ok"] + broker["runs_failed"]
-    if math.isnan(figure["median"]):
-        text = f"stalled in {runs} of {runs}" if runs else "-"
+    over_time = broker.get("runs_over_time", 0)
+    stalled = broker["runs_incomplete"] - over_time
+    whole = math.isnan(figure["median"])
+    if whole and not runs:
+        text = "-"
+    elif whole and over_time == 0:
+        text = f"stalled in {runs} of {runs}"
+    elif whole:
+        text = f"no rate: {stalled} stalled, {over_time} over the time limit, of {runs}"
     else:
         text = f"{_num(figure['median'])} ({_num(figure['min'])})"
+    counts = {**broker, "runs_incomplete": stalled}
     problems = [
-        f"{broker[key]:,} {label}"
+        f"{counts[key]:,} {label}"
         for key, label in _PROBLEM_KEYS
-        if broker.get(key) and not (label == "stalled" and math.isnan(figure["median"]))
+        if counts.get(key) and not (whole and label in ("stalled", "over time limit"))
     ]
     if problems:
         text += " ⚠ " + ", ".join(problems)
@@ -469,8 +506,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"keyshared {meta['versions'].get('keyshared', '?')} (commit {meta['git_commit']}); "
         f"{meta['started_at']}, {_num(meta['elapsed_s'] / 60, 1)} min, "
         f"{meta['runs']} run(s) per broker and cell, brokers interleaved A/B per run; "
-        f"1-minute load average before runs {meta['loadavg_min']:.2f} to "
-        f"{meta['loadavg_max']:.2f}.",
+        f"1-minute load average before runs {_num(meta['loadavg_min'], 2)} to "
+        f"{_num(meta['loadavg_max'], 2)}.",
     ]
     if report["throughput"]:
         lines += [
@@ -479,8 +516,9 @@ def render_markdown(report: dict[str, Any]) -> str:
             "the last message's first delivery to any consumer), consumers attached from the "
             "start; produce only = first send → last publish ack, no subscription. Each run "
             "starts a fresh broker and begins once it is fully started. Ratio = keyshared / "
-            'pulsar-lite, medians; "peer stalled" = pulsar-lite delivered nothing for the '
-            "idle timeout in some or all runs (no rate from those runs). CPU = the broker "
+            'pulsar-lite, medians; "peer stalled" = pulsar-lite delivered nothing new for the '
+            "idle timeout, or was still delivering at the run's time limit (40 s + 1 s per "
+            "500 messages), in some or all runs (no rate from those runs). CPU = the broker "
             "process's user+system time over the run (from `/proc`), per message and, when "
             "batching, per stored entry (entries counted from the publish receipts), "
             f"{' / '.join(brokers)}, medians. Load = the 1-minute load average before each "
