@@ -117,6 +117,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--batch-delay-ms", type=int, default=5, help="batching_max_publish_delay_ms"
     )
+    parser.add_argument(
+        "--min-rate",
+        type=float,
+        default=500.0,
+        help="a run's time limit is 40 s + its messages at this rate (default 500 msg/s); "
+        "a broker still delivering then gets no rate",
+    )
     parser.add_argument("--latency-seconds", type=float, default=None, help="paced run length")
     parser.add_argument(
         "--idle-timeout-s",
@@ -273,12 +280,27 @@ def run_latency(
         after_cell()
 
 
-# Rough costs per run on this 2-core machine under load 2-5, from the runs of 2026-11-25, for
-# --list: broker start to ready + client setup + stop, plus messages at a typical rate; a
-# stalled peer run costs its idle timeout plus the producers' abort.
-_OVERHEAD_S = {"keyshared": 3.5, "pulsar-lite": 1.5}
-_CONSUMER_SETUP_S = 0.15
-_TYPICAL_RATE = {"off": 10_000.0, "keybased": 9_000.0, "default": 30_000.0}
+# Rough wall-clock costs per run, measured on this 2-core machine at load 8-25 from other work
+# (2026-11-25), for --list: broker start to ready plus client set-up and stop; the messages at
+# the rate keyshared reached (several consumer processes on two cores about halve it); a
+# pulsar-lite Key_Shared run with small entries stalls (the idle timeout and a second), and its
+# Shared runs with several consumers and small entries crawl at ~500 msg/s into the time limit.
+_OVERHEAD_S = {"keyshared": 3.5, "pulsar-lite": 1.0}
+_CONSUMER_SETUP_S = 0.3
+_TYPICAL_RATE = {"off": 8_000.0, "keybased": 5_000.0, "default": 12_000.0}
+_MANY_CONSUMERS_FACTOR = 0.5
+_PEER_CRAWL_RATE = 500.0
+
+
+def _run_estimate_s(name: str, w: Workload, settings: runner.Settings) -> float:
+    setup = _OVERHEAD_S.get(name, 2.0) + w.consumers * _CONSUMER_SETUP_S
+    small_entries = w.batching != "default"
+    if name == "pulsar-lite" and small_entries and w.subscription == "key_shared":
+        return setup + settings.idle_timeout_ms / 1000 + 1.0
+    if name == "pulsar-lite" and small_entries and w.subscription == "shared" and w.consumers > 1:
+        return setup + min(w.messages / _PEER_CRAWL_RATE, runner.run_deadline_s(w, settings))
+    rate = _TYPICAL_RATE[w.batching] * (_MANY_CONSUMERS_FACTOR if w.consumers > 1 else 1.0)
+    return setup + w.messages / rate
 
 
 def estimate_seconds(
@@ -292,18 +314,7 @@ def estimate_seconds(
     total = 0.0
     for name in names:
         overhead = _OVERHEAD_S.get(name, 2.0)
-        for w in workloads:
-            run = (
-                overhead + w.consumers * _CONSUMER_SETUP_S + w.messages / _TYPICAL_RATE[w.batching]
-            )
-            peer_stalls = (
-                name == "pulsar-lite" and w.subscription == "key_shared" and w.batching != "default"
-            )
-            if peer_stalls:
-                run = (
-                    overhead + w.consumers * _CONSUMER_SETUP_S + settings.idle_timeout_ms / 1000 + 6
-                )
-            total += runs * run
+        total += runs * sum(_run_estimate_s(name, w, settings) for w in workloads)
         total += (
             runs
             * len(latency)
@@ -386,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         latency_duration_s=latency_seconds,
         latency_warmup_s=0.3 if args.quick else 0.5,
         idle_timeout_ms=int(1000 * (args.idle_timeout_s or (2.0 if args.quick else 10.0))),
+        min_rate=args.min_rate,
     )
     estimate = estimate_seconds(names, workloads, latency_cells, runs, settings)
     if args.list:
@@ -441,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                 "latency_duration_s": settings.latency_duration_s,
                 "latency_warmup_s": settings.latency_warmup_s,
                 "consumer_idle_timeout_ms": settings.idle_timeout_ms,
+                "min_rate": settings.min_rate,
             },
             "loadavg_min": min(loads, default=float("nan")),
             "loadavg_max": max(loads, default=float("nan")),
