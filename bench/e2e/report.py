@@ -216,12 +216,29 @@ def summarize_startup(samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any
     return result
 
 
+def _current_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    # Results written before the matrix grew (commit 83ea15d and earlier) had a boolean
+    # ``batching`` plus ``key_based_batching``, one consumer and 10,000 keys.
+    if not isinstance(workload["batching"], bool):
+        return workload
+    batching = "off"
+    if workload["batching"]:
+        batching = "keybased" if workload.get("key_based_batching") else "default"
+    one = 0 if workload["subscription"] == "none" else 1
+    return {
+        **workload,
+        "batching": batching,
+        "consumers": workload.get("consumers", one),
+        "keys": workload.get("keys", 10_000),
+    }
+
+
 def rebuild(result: dict[str, Any]) -> dict[str, Any]:
     """Recompute every summary and derived ratio from the raw runs of a written JSON result,
     so a report can be re-rendered (``run_e2e.py --render``) after the summaries change."""
     throughput = []
     for item in result.get("throughput", []):
-        summary_ = summarize_workload(item["workload"], item["runs"])
+        summary_ = summarize_workload(_current_workload(item["workload"]), item["runs"])
         summary_["runs"] = item["runs"]
         throughput.append(summary_)
     latency = []
