@@ -2,14 +2,16 @@
 
 Usage::
 
-    .venv/bin/python bench/run_e2e.py [--quick] [--runs N] [--brokers keyshared,pulsar-lite]
-                                      [--out bench/results/e2e.json]
+    .venv/bin/python bench/run_e2e.py [--quick] [--runs N] [--cells PATTERNS] [filters]
+                                      [--list] [--out bench/results/e2e.json]
 
-Measures, per broker and interleaved A/B/A/B per configuration: end-to-end produce+consume
-throughput and produce-only throughput (100 B and 1 KB keyed messages, batching on and off,
-1 and 4 producer processes, Exclusive and Key_Shared consumers), paced publish latency at
-1,000 msg/s, and start-up time. Writes JSON (``--out``) and a Markdown table (same path with
-``.md``) and prints the table. A benchmark, not a test: it reports, it does not assert.
+The matrix (``bench/e2e/workloads.py``): 100 B and 1 KB keyed messages; batching off, default
+and key-based; 1 and 4 producer processes; produce only, Exclusive (one consumer), Shared and
+Key_Shared (1, 4 and 16 consumer processes; Key_Shared, and key-based batching, over 1,000 and
+100,000 keys); paced publish latency at 1,000 and 10,000 msg/s and at 1,000 msg/s beside a
+10,000 msg/s producer; start-up time. Each cell runs on fresh brokers, interleaved A/B/A/B.
+Writes JSON (``--out``) and a Markdown table (same path with ``.md``) and prints the table.
+A benchmark, not a test: it reports, it does not assert.
 """
 
 from __future__ import annotations
@@ -25,22 +27,42 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from e2e import brokers, report, runner
 from e2e.pool import WorkerPool
-from e2e.workloads import FULL_BUDGET, QUICK_BUDGET, SIZES, Workload, matrix, smoke_matrix
+from e2e.workloads import (
+    FULL_BUDGET,
+    QUICK_BUDGET,
+    SUBSCRIPTIONS,
+    LatencyCell,
+    Selection,
+    Workload,
+    latency_matrix,
+    matrix,
+    smoke_latency_matrix,
+    smoke_matrix,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 STARTUP_SAMPLES = 3
 
 
+def _ints(text: str) -> frozenset[int]:
+    return frozenset(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(part.strip() for part in text.split(",") if part.strip())
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small smoke run (< 60 s)")
+    parser.add_argument("--quick", action="store_true", help="small smoke run (a few minutes)")
     parser.add_argument(
         "--runs", type=int, default=None, help="runs per broker (default 3; 1 with --quick)"
     )
@@ -51,7 +73,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON output path")
     parser.add_argument(
-        "--only", default="", help="run only workloads whose name contains this substring"
+        "--cells",
+        default="",
+        help="comma-separated cell-name patterns (fnmatch globs, or substrings), e.g. "
+        "'e2e-key_shared-x4/100B/*,latency/100B/*'; latency cells run only if one matches",
+    )
+    parser.add_argument("--only", default="", help="(older name) one substring, as --cells")
+    parser.add_argument("--sizes", type=_ints, default=None, help="e.g. 100,1024")
+    parser.add_argument("--batching", type=_words, default=None, help="any of off,default,keybased")
+    parser.add_argument("--producers", type=_ints, default=None, help="e.g. 1,4")
+    parser.add_argument(
+        "--subs", type=_words, default=None, help="any of none,exclusive,shared,key_shared"
+    )
+    parser.add_argument(
+        "--consumers", type=_ints, default=None, help="consumer processes, e.g. 1,4,16"
+    )
+    parser.add_argument("--keys", type=_ints, default=None, help="key spaces, e.g. 1000,100000")
+    parser.add_argument(
+        "--list", action="store_true", help="print the selected cells and an estimate; run nothing"
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="recompute the summaries of a written result and rewrite its JSON and Markdown; "
+        "run nothing",
     )
     parser.add_argument("--skip-latency", action="store_true", help="skip the latency runs")
     parser.add_argument(
@@ -59,29 +106,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-startup", action="store_true", help="skip start-up timing")
     parser.add_argument(
-        "--no-produce-only", action="store_true", help="skip the produce-only workloads"
+        "--no-produce-only", action="store_true", help="skip the produce-only cells"
     )
     parser.add_argument(
         "--matrix",
         choices=("full", "smoke"),
         default=None,
-        help="all 24 configurations, or a 6-configuration cover (default: smoke with --quick)",
-    )
-    parser.add_argument(
-        "--key-shared-batching",
-        choices=("keybased", "default"),
-        default="keybased",
-        help="batching type of batched Key_Shared runs (default keybased)",
+        help="the whole matrix, or a six-cell cover (default: smoke with --quick)",
     )
     parser.add_argument(
         "--batch-delay-ms", type=int, default=5, help="batching_max_publish_delay_ms"
+    )
+    parser.add_argument(
+        "--min-rate",
+        type=float,
+        default=500.0,
+        help="a run's time limit is 40 s + its messages at this rate (default 500 msg/s); "
+        "a broker still delivering then gets no rate",
     )
     parser.add_argument("--latency-seconds", type=float, default=None, help="paced run length")
     parser.add_argument(
         "--idle-timeout-s",
         type=float,
         default=None,
-        help="consumer gives up after this long without a message (default 10; 2 with --quick)",
+        help="a run whose consumers get nothing new for this long is stalled "
+        "(default 10; 2 with --quick)",
     )
     return parser.parse_args(argv)
 
@@ -178,10 +227,12 @@ def run_throughput(
     runs: int,
     settings: runner.Settings,
     scratch: Path,
-) -> list[dict[str, Any]]:
-    """Every workload, ``runs`` rounds, brokers interleaved within each round."""
-    results = []
-    for workload in workloads:
+    results: list[dict[str, Any]],
+    after_cell: Callable[[], object],
+) -> None:
+    """Every cell, ``runs`` rounds, brokers interleaved within each round; each cell's
+    summary is appended to ``results``, then ``after_cell`` is called."""
+    for number, workload in enumerate(workloads, 1):
         records: list[dict[str, Any]] = []
         for round_index in range(runs):
             for name in names:
@@ -191,38 +242,96 @@ def run_throughput(
                     record = _error_record(name, error)
                 record["round"] = round_index
                 records.append(record)
-                _log(f"{workload.name} {name} #{round_index + 1}: {_describe(record)}")
+                _log(
+                    f"[{number}/{len(workloads)}] {workload.name} {name} #{round_index + 1}: "
+                    f"{_describe(record)}"
+                )
         summary = report.summarize_workload(workload.as_dict(), records)
         summary["runs"] = records
         results.append(summary)
-    return results
+        after_cell()
 
 
 def run_latency(
     pool: WorkerPool,
     names: list[str],
-    sizes: tuple[int, ...],
+    cells: list[LatencyCell],
     runs: int,
     settings: runner.Settings,
     scratch: Path,
-) -> list[dict[str, Any]]:
-    """Paced publish latency per payload size, brokers interleaved."""
-    results = []
-    for size in sizes:
+    results: list[dict[str, Any]],
+    after_cell: Callable[[], object],
+) -> None:
+    """Paced publish latency per cell, brokers interleaved; appended to ``results``."""
+    for cell in cells:
         records: list[dict[str, Any]] = []
         for round_index in range(runs):
             for name in names:
                 try:
-                    record = runner.latency_run(pool, name, size, settings, scratch)
+                    record = runner.latency_run(pool, name, cell, settings, scratch)
                 except Exception as error:
                     record = _error_record(name, error)
                 record["round"] = round_index
                 records.append(record)
-                _log(f"latency {size} B {name} #{round_index + 1}: {_describe(record)}")
-        summary = report.summarize_latency(size, records)
+                _log(f"{cell.name} {name} #{round_index + 1}: {_describe(record)}")
+        summary = report.summarize_latency(cell.as_dict(), records)
         summary["runs"] = records
         results.append(summary)
-    return results
+        after_cell()
+
+
+# Rough wall-clock costs per run, measured on this 2-core machine at load 8-25 from other work
+# (2026-11-25), for --list: broker start to ready plus client set-up and stop; the messages at
+# the rate keyshared reached (several consumer processes on two cores about halve it); a
+# pulsar-lite Key_Shared run with small entries stalls (the idle timeout and a second), and its
+# Shared runs with several consumers and small entries crawl at ~500 msg/s into the time limit.
+_OVERHEAD_S = {"keyshared": 3.5, "pulsar-lite": 1.0}
+_CONSUMER_SETUP_S = 0.3
+_TYPICAL_RATE = {"off": 8_000.0, "keybased": 5_000.0, "default": 12_000.0}
+_MANY_CONSUMERS_FACTOR = 0.5
+_PEER_CRAWL_RATE = 500.0
+
+
+def _run_estimate_s(name: str, w: Workload, settings: runner.Settings) -> float:
+    setup = _OVERHEAD_S.get(name, 2.0) + w.consumers * _CONSUMER_SETUP_S
+    small_entries = w.batching != "default"
+    if name == "pulsar-lite" and small_entries and w.subscription == "key_shared":
+        return setup + settings.idle_timeout_ms / 1000 + 1.0
+    if name == "pulsar-lite" and small_entries and w.subscription == "shared" and w.consumers > 1:
+        return setup + min(w.messages / _PEER_CRAWL_RATE, runner.run_deadline_s(w, settings))
+    rate = _TYPICAL_RATE[w.batching] * (_MANY_CONSUMERS_FACTOR if w.consumers > 1 else 1.0)
+    return setup + w.messages / rate
+
+
+def estimate_seconds(
+    names: list[str],
+    workloads: list[Workload],
+    latency: list[LatencyCell],
+    runs: int,
+    settings: runner.Settings,
+) -> float:
+    """A rough wall-clock estimate of an invocation (see the constants above)."""
+    total = 0.0
+    for name in names:
+        overhead = _OVERHEAD_S.get(name, 2.0)
+        total += runs * sum(_run_estimate_s(name, w, settings) for w in workloads)
+        total += (
+            runs
+            * len(latency)
+            * (overhead + settings.latency_duration_s + settings.latency_warmup_s + 1.0)
+        )
+        total += STARTUP_SAMPLES * overhead
+    return total
+
+
+def render(path: Path) -> int:
+    """Re-summarize the result at ``path`` from its raw runs; rewrite it and its Markdown."""
+    result = report.rebuild(json.loads(path.read_text()))
+    markdown = report.render_markdown(result)
+    path.write_text(json.dumps(report.json_safe(result), indent=2) + "\n")
+    path.with_suffix(".md").write_text(markdown)
+    print(markdown)
+    return 0
 
 
 def _raise_on_sigterm(signum: int, _frame: FrameType | None) -> None:
@@ -234,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the process exit code."""
     raw_argv = sys.argv[1:] if argv is None else argv
     args = parse_args(raw_argv)
+    if args.render is not None:
+        return render(args.render)
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     out: Path = args.out or REPO / "bench" / "results" / (
@@ -254,41 +365,135 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     budget = QUICK_BUDGET if args.quick else FULL_BUDGET
-    key_based = args.key_shared_batching == "keybased"
     full_matrix = args.matrix == "full" or (args.matrix is None and not args.quick)
-    candidates = (
-        matrix(budget, not args.no_produce_only, key_based)
-        if full_matrix
-        else smoke_matrix(budget, key_based)
+    patterns = tuple(part.strip() for part in args.cells.split(",") if part.strip())
+    if args.only:
+        patterns += (args.only,)
+    subscriptions = args.subs
+    if args.no_produce_only:
+        subscriptions = (subscriptions or frozenset(SUBSCRIPTIONS)) - {"none"}
+    selection = Selection(
+        sizes=args.sizes,
+        batchings=args.batching,
+        producers=args.producers,
+        subscriptions=subscriptions,
+        consumers=args.consumers,
+        keys=args.keys,
+        patterns=patterns,
     )
-    workloads = [
-        w
-        for w in candidates
-        if args.only in w.name
-        and not (args.no_produce_only and w.subscription == "none")
-        and not args.latency_only
-    ]
+    workloads = (
+        []
+        if args.latency_only
+        else selection.throughput(matrix(budget) if full_matrix else smoke_matrix(budget))
+    )
+    latency_cells = (
+        []
+        if args.skip_latency
+        else selection.latency(latency_matrix() if full_matrix else smoke_latency_matrix())
+    )
     latency_seconds = args.latency_seconds or (2.0 if args.quick else 5.0)
     settings = runner.Settings(
         batch_delay_ms=args.batch_delay_ms,
         latency_duration_s=latency_seconds,
         latency_warmup_s=0.3 if args.quick else 0.5,
         idle_timeout_ms=int(1000 * (args.idle_timeout_s or (2.0 if args.quick else 10.0))),
+        min_rate=args.min_rate,
     )
-    latency_sizes = SIZES[:1] if args.quick else SIZES
+    estimate = estimate_seconds(names, workloads, latency_cells, runs, settings)
+    if args.list:
+        for workload in workloads:
+            print(f"{workload.name}  ({workload.messages:,} messages)")
+        for cell in latency_cells:
+            print(cell.name)
+        print(
+            f"{len(workloads)} throughput cells, {len(latency_cells)} latency cells, "
+            f"{runs} run(s) x {len(names)} broker(s): about {estimate / 3600:.1f} h "
+            f"({estimate / 60:.0f} min) on this machine under moderate load"
+        )
+        return 0
+    _log(
+        f"{len(workloads)} throughput cells, {len(latency_cells)} latency cells, {runs} run(s); "
+        f"estimated {estimate / 60:.0f} min"
+    )
     started_at = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    loads: list[float] = []
     began = time.perf_counter()
+    startup: dict[str, list[dict[str, Any]]] = {}
+    throughput: list[dict[str, Any]] = []
+    latency: list[dict[str, Any]] = []
+
+    def result(partial: bool) -> dict[str, Any]:
+        loads = [
+            run["loadavg_before"][0]
+            for group in (throughput, latency)
+            for item in group
+            for run in item["runs"]
+            if "loadavg_before" in run
+        ]
+        meta = {
+            "command": _command_line(raw_argv),
+            "started_at": started_at,
+            "elapsed_s": time.perf_counter() - began,
+            "partial": partial,
+            "git_commit": _git_commit(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(terse=True),
+            "python": platform.python_version(),
+            "versions": _versions(),
+            "brokers": names,
+            "runs": runs,
+            "quick": args.quick,
+            "matrix": "full" if full_matrix else "smoke",
+            "estimated_s": estimate,
+            "cells": len(workloads),
+            "latency_cells": len(latency_cells),
+            "settings": {
+                "batch_delay_ms": settings.batch_delay_ms,
+                "max_pending_messages": settings.max_pending,
+                "receiver_queue_size": settings.receiver_queue_size,
+                "latency_duration_s": settings.latency_duration_s,
+                "latency_warmup_s": settings.latency_warmup_s,
+                "consumer_idle_timeout_ms": settings.idle_timeout_ms,
+                "min_rate": settings.min_rate,
+            },
+            "loadavg_min": min(loads, default=float("nan")),
+            "loadavg_max": max(loads, default=float("nan")),
+            "notes": notes
+            + (
+                [
+                    f"partial: {len(throughput)} of {len(workloads)} throughput cells and "
+                    f"{len(latency)} of {len(latency_cells)} latency cells done"
+                ]
+                if partial
+                else []
+            ),
+        }
+        return {
+            "meta": meta,
+            "startup": report.summarize_startup(startup) if startup else {},
+            "throughput": throughput,
+            "key_shared_ratios": report.derive_key_shared_ratios(throughput),
+            "latency": latency,
+        }
+
+    def write(partial: bool) -> str:
+        # Rewritten after every cell, so an interrupted long run keeps what it measured.
+        done = result(partial)
+        markdown = report.render_markdown(done)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report.json_safe(done), indent=2) + "\n")
+        out.with_suffix(".md").write_text(markdown)
+        return markdown
 
     scratch = Path(tempfile.mkdtemp(prefix="keyshared-bench-"))
-    pool = WorkerPool(1 + max((w.producers for w in workloads), default=1))
+    pool = WorkerPool(runner.pool_size_for(workloads, latency_cells))
     try:
-        startup = {} if args.skip_startup else run_startup(names, scratch)
-        throughput = run_throughput(pool, names, workloads, runs, settings, scratch)
-        latency = (
-            []
-            if args.skip_latency or (args.only and not args.latency_only)
-            else run_latency(pool, names, latency_sizes, runs, settings, scratch)
+        if not args.skip_startup:
+            startup.update(run_startup(names, scratch))
+        run_throughput(
+            pool, names, workloads, runs, settings, scratch, throughput, lambda: write(True)
+        )
+        run_latency(
+            pool, names, latency_cells, runs, settings, scratch, latency, lambda: write(True)
         )
     finally:
         pool.close()
@@ -296,48 +501,9 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"warning: leftover {leftover}")
         subprocess.run(["rm", "-rf", str(scratch)], check=False, timeout=60)
 
-    for group in (throughput, latency):
-        for item in group:
-            loads += [run["loadavg_before"][0] for run in item["runs"] if "loadavg_before" in run]
-    meta = {
-        "command": _command_line(raw_argv),
-        "started_at": started_at,
-        "elapsed_s": time.perf_counter() - began,
-        "git_commit": _git_commit(),
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(terse=True),
-        "python": platform.python_version(),
-        "versions": _versions(),
-        "brokers": names,
-        "runs": runs,
-        "quick": args.quick,
-        "matrix": "full" if full_matrix else "smoke",
-        "settings": {
-            "batch_delay_ms": settings.batch_delay_ms,
-            "key_shared_batching": args.key_shared_batching,
-            "max_pending_messages": settings.max_pending,
-            "receiver_queue_size": settings.receiver_queue_size,
-            "latency_rate": settings.latency_rate,
-            "latency_duration_s": settings.latency_duration_s,
-            "latency_warmup_s": settings.latency_warmup_s,
-            "consumer_idle_timeout_ms": settings.idle_timeout_ms,
-        },
-        "loadavg_min": min(loads, default=float("nan")),
-        "loadavg_max": max(loads, default=float("nan")),
-        "notes": notes,
-    }
-    result = {
-        "meta": meta,
-        "startup": report.summarize_startup(startup) if startup else {},
-        "throughput": throughput,
-        "latency": latency,
-    }
-    markdown = report.render_markdown(result)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report.json_safe(result), indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown)
+    markdown = write(False)
     print(markdown)
-    _log(f"wrote {out} and {out.with_suffix('.md')} in {meta['elapsed_s']:.0f} s")
+    _log(f"wrote {out} and {out.with_suffix('.md')} in {time.perf_counter() - began:.0f} s")
     return 0
 
 

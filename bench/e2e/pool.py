@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -98,14 +98,18 @@ class WorkerPool:
         self._conns: list[Connection] = []
         self._start()
 
+    def _spawn(self) -> tuple[BaseProcess, Connection]:
+        parent_conn, child_conn = self._context.Pipe()
+        process = self._context.Process(target=_worker_main, args=(child_conn,), daemon=True)
+        process.start()
+        child_conn.close()
+        return process, parent_conn
+
     def _start(self) -> None:
         for _ in range(self._size):
-            parent_conn, child_conn = self._context.Pipe()
-            process = self._context.Process(target=_worker_main, args=(child_conn,), daemon=True)
-            process.start()
-            child_conn.close()
+            process, conn = self._spawn()
             self._processes.append(process)
-            self._conns.append(parent_conn)
+            self._conns.append(conn)
 
     @property
     def size(self) -> int:
@@ -135,10 +139,20 @@ class WorkerPool:
             raise WorkerError(f"worker {index} answered {message[0]!r}, expected {kind!r}")
         return message[1] if len(message) > 1 else None
 
-    def restart(self) -> None:
-        """Kill every worker (they may be stuck mid-run) and spawn fresh ones."""
-        self._kill_all()
-        self._start()
+    def restart(self, indices: Iterable[int] | None = None) -> None:
+        """Kill workers ``indices`` (default: all; they may be stuck mid-run) and spawn fresh
+        ones in their place."""
+        if indices is None:
+            self._kill_all()
+            self._start()
+            return
+        for index in sorted(set(indices)):
+            process = self._processes[index]
+            if process.is_alive():
+                process.kill()
+            process.join(JOIN_TIMEOUT_S)
+            self._conns[index].close()
+            self._processes[index], self._conns[index] = self._spawn()
 
     def close(self) -> None:
         """Ask workers to stop, then kill whichever did not exit in time."""

@@ -10,21 +10,28 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
+from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Any
 
 from . import brokers
 from .pool import WorkerError, WorkerPool
 from .workers import ConsumeSpec, LatencySpec, ProduceSpec, time_first_producer
-from .workloads import KEY_SPACE, Workload
+from .workloads import LatencyCell, Workload
 
 READY_TIMEOUT_S = 30.0
-# The consumer is ready before the producers are created; allow for that before the first message.
-PRODUCERS_START_MS = 5_000
+# Extra patience for the first message of a run, on top of the idle timeout.
+FIRST_MESSAGE_GRACE_S = 5.0
 ABORT_GRACE_S = 5.0
 LOG_TAIL_LINES = 15
-DUPLICATE_GRACE_MS = 300
-CONSUMER_INDEX = 0
+# After the last expected message arrived, consumers keep receiving this long to catch late
+# duplicates (not timed).
+DUPLICATE_GRACE_S = 0.3
+# How often consumers look at the stop flag while idle, and the parent at the shared block.
+CONSUMER_POLL_MS = 50
+MONITOR_INTERVAL_S = 0.005
+PROBE_SLOT = 0
+BACKGROUND_SLOT = 1
 
 
 @dataclass(frozen=True)
@@ -34,11 +41,12 @@ class Settings:
     batch_delay_ms: int = 5
     max_pending: int = 10_000
     receiver_queue_size: int = 1000
-    latency_rate: float = 1000.0
     latency_duration_s: float = 5.0
     latency_warmup_s: float = 0.5
     # A consumer that gets nothing for this long declares the rest of the messages missing.
     idle_timeout_ms: int = 10_000
+    # A run's time limit allows its messages at this rate (see run_deadline_s).
+    min_rate: float = 500.0
 
 
 def load_average() -> list[float]:
@@ -62,9 +70,42 @@ def measure_startup(name: str, scratch: Path) -> dict[str, float]:
         brokers.stop(broker)
 
 
-def _run_deadline_s(workload: Workload, settings: Settings) -> float:
-    # Generous: the slowest combination seen on the peer is ~3k msg/s; this only bounds hangs.
-    return 30.0 + settings.idle_timeout_ms / 1000 + workload.messages / 500.0
+def run_deadline_s(workload: Workload, settings: Settings) -> float:
+    """A run's time limit from the producers' go: a broker still delivering then is too slow
+    to get a rate. Generous by default (500 msg/s); pulsar-lite's Shared dispatch to several
+    consumers runs at about that rate when entries are small."""
+    return 30.0 + settings.idle_timeout_ms / 1000 + workload.messages / settings.min_rate
+
+
+def pool_size_for(workloads: list[Workload], latency: list[LatencyCell]) -> int:
+    """Worker processes needed: the most consumers plus the most producers of any cell."""
+    needed = [w.consumers + w.producers for w in workloads]
+    needed += [2 if cell.background_rate else 1 for cell in latency]
+    return max(needed, default=1)
+
+
+def _watch(
+    seen: memoryview, expected: int, idle_timeout_s: float, deadline: float
+) -> tuple[str, float]:
+    """Watch the consumers' shared block until every message arrived, progress stops for
+    ``idle_timeout_s`` (a stall) or ``deadline`` passes; returns (outcome, time)."""
+    missing = expected
+    last_progress = time.perf_counter()
+    patience = idle_timeout_s + FIRST_MESSAGE_GRACE_S
+    while True:
+        time.sleep(MONITOR_INTERVAL_S)
+        now = time.perf_counter()
+        now_missing = seen[:expected].tobytes().count(0)
+        if now_missing == 0:
+            return "complete", now
+        if now_missing != missing:
+            missing = now_missing
+            last_progress = now
+            patience = idle_timeout_s
+        elif now - last_progress > patience:
+            return "stalled", now
+        if now > deadline:
+            return "deadline", now
 
 
 def throughput_run(
@@ -72,10 +113,12 @@ def throughput_run(
 ) -> dict[str, Any]:
     """One run of ``workload`` against a fresh ``name`` broker; returns every figure.
 
-    Each worker's answer is collected on its own, so a stalled consumer still leaves the
-    producers' figures; ``errors`` lists what went wrong. When the consumer reports a stall,
-    the broker is stopped at once and the producers are told to give up, so a stuck broker
-    costs the consumer's idle timeout and not the client's send timeout.
+    Consumer processes take worker slots ``0 .. consumers - 1``, producers the next ones.
+    The parent watches the consumers' shared block: once every message was delivered it
+    waits a grace period for late duplicates and raises the stop flag; when deliveries stop
+    for the idle timeout it declares a stall, stops the broker at once and tells the
+    producers to give up, so a stuck broker costs the idle timeout and not the client's send
+    timeout. Each worker's answer is collected on its own, so a stall still leaves figures.
     """
     record: dict[str, Any] = {"broker": name, "loadavg_before": load_average()}
     broker = brokers.start(name, scratch)
@@ -84,12 +127,16 @@ def throughput_run(
     cpu_before = broker.cpu_seconds()
     topic = _topic("e2e")
     with_consumer = workload.subscription != "none"
-    slots = list(range(1, workload.producers + 1))
+    consumer_slots = list(range(workload.consumers)) if with_consumer else []
+    slots = [len(consumer_slots) + n for n in range(workload.producers)]
     errors: list[str] = []
     produced: list[dict[str, Any]] = []
-    consumed: dict[str, Any] | None = None
-    restart = False
+    consumed: list[dict[str, Any]] = []
+    stuck: set[int] = set()
     stopped = False
+    block = shared_memory.SharedMemory(create=True, size=workload.messages + 1)
+    seen = block.buf
+    assert seen is not None
 
     def stop_broker() -> None:
         nonlocal stopped
@@ -101,56 +148,80 @@ def throughput_run(
             record["stop_s"] = time.perf_counter() - stop_began
             stopped = True
 
+    def collect(slot: int, timeout: float, into: list[dict[str, Any]]) -> None:
+        try:
+            into.append(pool.expect(slot, "result", timeout))
+        except WorkerError as error:
+            errors.append(str(error))
+            stuck.add(slot)
+
     try:
-        if with_consumer:
-            spec = _consume_spec(broker.url, topic, workload, settings)
-            pool.send(CONSUMER_INDEX, "consume", spec)
-            # The subscription must exist before the first message is produced.
-            pool.expect(CONSUMER_INDEX, "ready", READY_TIMEOUT_S)
+        pad_topic = _topic("pad")
+        for index, slot in enumerate(consumer_slots):
+            spec = _consume_spec(
+                broker.url, topic, pad_topic, workload, settings, index, block.name
+            )
+            pool.send(slot, "consume", spec)
+        # Every subscription exists before the first message is produced.
+        for slot in consumer_slots:
+            try:
+                pool.expect(slot, "ready", READY_TIMEOUT_S)
+            except WorkerError:
+                stuck.add(slot)
+                raise
         share = workload.messages // workload.producers
         for n, slot in enumerate(slots):
             pool.send(
                 slot, "produce", _produce_spec(broker.url, topic, workload, settings, n * share)
             )
         for slot in slots:
-            pool.expect(slot, "ready", READY_TIMEOUT_S)
+            try:
+                pool.expect(slot, "ready", READY_TIMEOUT_S)
+            except WorkerError:
+                stuck.add(slot)
+                raise
         for slot in slots:
             pool.send(slot, "go")
-        deadline = time.perf_counter() + _run_deadline_s(workload, settings)
+        deadline = time.perf_counter() + run_deadline_s(workload, settings)
         give_up = False
         if with_consumer:
-            try:
-                consumed = pool.expect(CONSUMER_INDEX, "result", _left(deadline))
-            except WorkerError as error:
-                errors.append(str(error))
-                restart = True
-            give_up = consumed is None or consumed["missing"] > 0
+            outcome, _ = _watch(seen, workload.messages, settings.idle_timeout_ms / 1000, deadline)
+            record["outcome"] = outcome
+            give_up = outcome != "complete"
+            if not give_up:
+                time.sleep(DUPLICATE_GRACE_S)
+            seen[workload.messages] = 1
+            for slot in consumer_slots:
+                collect(slot, CONSUMER_POLL_MS / 1000 + ABORT_GRACE_S, consumed)
         for slot in slots:
             if give_up:
                 stop_broker()
                 for other in slots:
                     if not pool.answered(other):
                         pool.send(other, "abort")
-            try:
-                timeout = ABORT_GRACE_S if give_up else _left(deadline)
-                produced.append(pool.expect(slot, "result", timeout))
-            except WorkerError as error:
-                errors.append(str(error))
-                restart = True
-                give_up = True
+            before = len(errors)
+            collect(slot, ABORT_GRACE_S if give_up else _left(deadline), produced)
+            give_up = give_up or len(errors) > before
     except BaseException:
-        restart = True
+        stuck.update(consumer_slots + slots)
         raise
     finally:
         stop_broker()
-        if restart:
-            # Workers may be stuck mid-run against the broker we just stopped: start clean.
-            pool.restart()
+        record["loadavg_after"] = load_average()
+        missing = seen[: workload.messages].tobytes().count(0)
+        del seen
+        block.close()
+        block.unlink()
+        if stuck:
+            # These workers may be stuck mid-run against the broker we just stopped.
+            pool.restart(stuck)
     if errors:
         record["errors"] = errors
-    if len(produced) < len(slots) or (with_consumer and consumed is None):
+    if len(produced) < len(slots) or len(consumed) < len(consumer_slots):
         record["error"] = "; ".join(e.strip().splitlines()[-1] for e in errors) or "no result"
-    record.update(_throughput_figures(workload, produced, consumed))
+    record.update(
+        _throughput_figures(workload, produced, consumed if with_consumer else None, missing)
+    )
     if record["exact"] and "error" not in record:
         # Keep the JSON small: the broker's output only matters when something went wrong.
         del record["broker_log_tail"]
@@ -161,16 +232,25 @@ def _left(deadline: float) -> float:
     return max(deadline - time.perf_counter(), 1.0)
 
 
-def _consume_spec(url: str, topic: str, workload: Workload, settings: Settings) -> ConsumeSpec:
+def _consume_spec(
+    url: str,
+    topic: str,
+    pad_topic: str,
+    workload: Workload,
+    settings: Settings,
+    index: int,
+    shm_name: str,
+) -> ConsumeSpec:
     return ConsumeSpec(
         url=url,
         topic=topic,
         subscription="bench",
-        key_shared=workload.subscription == "key_shared",
+        consumer_type=workload.subscription,
+        index=index,
+        pad_topic=pad_topic,
         expected=workload.messages,
-        idle_timeout_ms=settings.idle_timeout_ms,
-        first_timeout_ms=settings.idle_timeout_ms + PRODUCERS_START_MS,
-        grace_ms=DUPLICATE_GRACE_MS,
+        shm_name=shm_name,
+        poll_ms=CONSUMER_POLL_MS,
         receiver_queue_size=settings.receiver_queue_size,
     )
 
@@ -184,22 +264,27 @@ def _produce_spec(
         first_seq=first_seq,
         count=workload.messages // workload.producers,
         size=workload.size,
-        batching=workload.batching,
-        key_based=workload.key_based_batching,
+        batching=workload.batched,
+        key_based=workload.batching == "keybased",
         batch_delay_ms=settings.batch_delay_ms,
         max_pending=settings.max_pending,
-        key_space=KEY_SPACE,
+        key_space=workload.keys,
     )
 
 
 def _throughput_figures(
-    workload: Workload, produced: list[dict[str, Any]], consumed: dict[str, Any] | None
+    workload: Workload,
+    produced: list[dict[str, Any]],
+    consumed: list[dict[str, Any]] | None,
+    missing: int,
 ) -> dict[str, Any]:
     """Rates only for what completed: a stalled run reports counts, not a misleading rate."""
     figures: dict[str, Any] = {"messages": workload.messages}
     acked = sum(p["acked"] for p in produced)
     failed = sum(p["failed"] for p in produced)
-    figures.update({"acked": acked, "send_failed": failed})
+    figures.update(
+        {"acked": acked, "send_failed": failed, "entries": sum(p["entries"] for p in produced)}
+    )
     produce_complete = acked == workload.messages and failed == 0
     first_send = min((p["first_send"] for p in produced), default=0.0)
     if produce_complete:
@@ -212,22 +297,24 @@ def _throughput_figures(
     exact = produce_complete
     rate = figures.get("produce_msg_s")
     if consumed is not None:
+        received = sum(c["received"] for c in consumed)
+        foreign = sum(c["foreign"] for c in consumed)
+        unique = workload.messages - missing
         figures.update(
             {
-                "received": consumed["received"],
-                "duplicates": consumed["duplicates"],
-                "missing": consumed["missing"],
-                "foreign": consumed["foreign"],
-                "consumer_timed_out": consumed["timed_out"],
+                "received": received,
+                "per_consumer_received": [c["received"] for c in consumed],
+                "duplicates": received - unique - foreign,
+                "missing": missing,
+                "foreign": foreign,
             }
         )
-        if consumed["missing"] == 0 and produced:
-            elapsed = consumed["last_receive"] - first_send
+        if missing == 0 and produced and consumed:
+            elapsed = max(c["last_fresh"] for c in consumed) - first_send
             figures["e2e_s"] = elapsed
             figures["e2e_msg_s"] = workload.messages / elapsed
         rate = figures.get("e2e_msg_s")
-        exact = exact and consumed["missing"] == 0 and consumed["duplicates"] == 0
-        exact = exact and consumed["foreign"] == 0
+        exact = exact and missing == 0 and figures["duplicates"] == 0 and foreign == 0
     if rate is not None:
         figures["mb_s"] = rate * workload.size / 1_000_000
     figures["complete"] = rate is not None
@@ -235,38 +322,65 @@ def _throughput_figures(
     return figures
 
 
+def _latency_spec(url: str, cell: LatencyCell, rate: float, settings: Settings) -> LatencySpec:
+    return LatencySpec(
+        url=url,
+        topic=_topic("latency"),
+        size=cell.size,
+        rate=rate,
+        duration_s=settings.latency_duration_s,
+        warmup_s=settings.latency_warmup_s,
+        key_space=1_000,
+    )
+
+
+LATENCY_KEYS = ("achieved_rate", "p50_ms", "p99_ms", "p999_ms", "max_ms", "acked", "failed")
+
+
 def latency_run(
-    pool: WorkerPool, name: str, size: int, settings: Settings, scratch: Path
+    pool: WorkerPool, name: str, cell: LatencyCell, settings: Settings, scratch: Path
 ) -> dict[str, Any]:
-    """One paced-publish latency run against a fresh ``name`` broker."""
-    record: dict[str, Any] = {"broker": name, "size": size, "loadavg_before": load_average()}
+    """One paced-publish latency run against a fresh ``name`` broker.
+
+    With a background rate, a second non-batched producer on its own topic runs at that rate
+    for the whole probe (both get ``go`` together, both warm up for the same time).
+    """
+    record: dict[str, Any] = {
+        "broker": name,
+        "size": cell.size,
+        "rate": cell.rate,
+        "background_rate": cell.background_rate,
+        "loadavg_before": load_average(),
+    }
     broker = brokers.start(name, scratch)
     record["ready_s"] = brokers.wait_ready(broker)
-    slot = 1
+    cpu_before = broker.cpu_seconds()
+    slots = [PROBE_SLOT] + ([BACKGROUND_SLOT] if cell.background_rate else [])
     try:
-        pool.send(
-            slot,
-            "latency",
-            LatencySpec(
-                url=broker.url,
-                topic=_topic("latency"),
-                size=size,
-                rate=settings.latency_rate,
-                duration_s=settings.latency_duration_s,
-                warmup_s=settings.latency_warmup_s,
-                key_space=KEY_SPACE,
-            ),
-        )
-        pool.expect(slot, "ready", READY_TIMEOUT_S)
-        pool.send(slot, "go")
+        pool.send(PROBE_SLOT, "latency", _latency_spec(broker.url, cell, cell.rate, settings))
+        if cell.background_rate:
+            pool.send(
+                BACKGROUND_SLOT,
+                "latency",
+                _latency_spec(broker.url, cell, cell.background_rate, settings),
+            )
+        for slot in slots:
+            pool.expect(slot, "ready", READY_TIMEOUT_S)
+        for slot in reversed(slots):
+            pool.send(slot, "go")
         timeout = settings.latency_duration_s + settings.latency_warmup_s + 60.0
-        record.update(pool.expect(slot, "result", timeout))
+        record.update(pool.expect(PROBE_SLOT, "result", timeout))
+        if cell.background_rate:
+            background = pool.expect(BACKGROUND_SLOT, "result", timeout)
+            record["background"] = {key: background[key] for key in LATENCY_KEYS}
     except Exception as error:
-        pool.restart()
+        pool.restart(slots)
         raise RuntimeError(f"{error}; broker output:\n{broker.log_tail(LOG_TAIL_LINES)}") from error
     except BaseException:
-        pool.restart()
+        pool.restart(slots)
         raise
     finally:
+        record["broker_cpu_s"] = broker.cpu_seconds() - cpu_before
         record["broker_exit"] = brokers.stop(broker)
+        record["loadavg_after"] = load_average()
     return record

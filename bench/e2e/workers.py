@@ -58,16 +58,25 @@ class ProduceSpec:
 
 @dataclass(frozen=True)
 class ConsumeSpec:
-    """The consumer of a throughput run; it expects sequence numbers ``0 .. expected - 1``."""
+    """One consumer process of a throughput run; all of them expect sequence numbers
+    ``0 .. expected - 1`` between them.
+
+    The run's consumers share one block of memory (``shm_name``): byte ``seq`` counts the
+    deliveries of message ``seq`` (saturating at 255) and byte ``expected`` is the stop flag
+    the parent raises once it has seen every message (plus a grace period for late
+    duplicates) or gave up on a stall. The parent watches the block, so no consumer needs to
+    know how many messages are its own.
+    """
 
     url: str
     topic: str
     subscription: str
-    key_shared: bool
+    consumer_type: str
+    index: int
+    pad_topic: str
     expected: int
-    idle_timeout_ms: int
-    first_timeout_ms: int
-    grace_ms: int
+    shm_name: str
+    poll_ms: int
     receiver_queue_size: int
 
 
@@ -142,13 +151,16 @@ def run_producer(spec: ProduceSpec, control: Control) -> None:
         pack = SEQ.pack
         count = spec.count
         done = threading.Event()
-        state = {"acked": 0, "failed": 0, "last": 0.0}
+        state = {"acked": 0, "failed": 0, "entries": 0, "last": 0.0}
         ok = pulsar.Result.Ok
 
-        def on_sent(result: Any, _msg_id: Any) -> None:
+        def on_sent(result: Any, msg_id: Any) -> None:
             # Called on the client's single IO thread, so these updates do not race.
             if result == ok:
                 state["acked"] += 1
+                # -1: not batched; 0: the first message of a batch. Either way a new entry.
+                if msg_id.batch_index() <= 0:
+                    state["entries"] += 1
             else:
                 state["failed"] += 1
             state["last"] = time.perf_counter()
@@ -173,6 +185,7 @@ def run_producer(spec: ProduceSpec, control: Control) -> None:
                 "loop_end": loop_end,
                 "last_ack": state["last"],
                 "acked": state["acked"],
+                "entries": state["entries"],
                 "failed": state["failed"],
                 "complete": finished,
             }
@@ -182,77 +195,85 @@ def run_producer(spec: ProduceSpec, control: Control) -> None:
         _quietly(client.close)
 
 
+CONSUMER_TYPES = {
+    "exclusive": "Exclusive",
+    "failover": "Failover",
+    "shared": "Shared",
+    "key_shared": "KeyShared",
+}
+
+
+def _pad_consumer_ids(client: Any, topic: str, count: int) -> None:
+    # pulsar-lite 0.2.0 keys a dispatcher's consumers by the client's consumer_id alone, and
+    # every client numbers its consumers from 0: a second process's consumer is refused. A
+    # reader takes a consumer id too, so ``count`` throw-away readers make this process's
+    # consumer id ``count``. Same client code for every broker; done before the run is timed.
+    for _ in range(count):
+        reader = client.create_reader(topic, pulsar.MessageId.latest)
+        reader.close()
+
+
 def run_consumer(spec: ConsumeSpec, control: Control) -> None:
-    """Receive and ack until every expected sequence number arrived; count dups and missing."""
+    """Receive and ack until the parent raises the stop flag; mark each delivery in the
+    shared block; report counts and the time of this consumer's last first-delivery."""
+    from multiprocessing import shared_memory
+
     client = new_client(spec.url)
+    block = shared_memory.SharedMemory(name=spec.shm_name)
+    seen = block.buf
+    assert seen is not None
     try:
-        consumer_type = (
-            pulsar.ConsumerType.KeyShared if spec.key_shared else pulsar.ConsumerType.Exclusive
-        )
+        _pad_consumer_ids(client, spec.pad_topic, spec.index)
         consumer = client.subscribe(
             spec.topic,
             spec.subscription,
-            consumer_type=consumer_type,
+            consumer_type=getattr(pulsar.ConsumerType, CONSUMER_TYPES[spec.consumer_type]),
             initial_position=pulsar.InitialPosition.Earliest,
             receiver_queue_size=spec.receiver_queue_size,
         )
         expected = spec.expected
-        seen = bytearray(expected)
+        stop = expected
         receive = consumer.receive
         acknowledge = consumer.acknowledge
         unpack = SEQ.unpack_from
-        timeout = spec.idle_timeout_ms
-        first_timeout = spec.first_timeout_ms
-        unique = 0
+        clock = time.perf_counter
+        poll = spec.poll_ms
+        timeout_error = pulsar.Timeout
         received = 0
+        fresh = 0
         foreign = 0
-        timed_out = False
-        first_receive = 0.0
+        last_fresh = 0.0
         control.ready()
-        try:
-            msg = receive(first_timeout)
-            first_receive = time.perf_counter()
-            while True:
-                received += 1
-                seq = unpack(msg.data())[0]
-                if seq < expected:
-                    if not seen[seq]:
-                        seen[seq] = 1
-                        unique += 1
-                else:
-                    foreign += 1
-                acknowledge(msg)
-                if unique == expected:
-                    break
-                msg = receive(timeout)
-        except pulsar.Timeout:
-            timed_out = True
-        last_receive = time.perf_counter()
-        # Anything arriving after the full set is a duplicate; collect it without timing it.
-        extra = 0
-        if not timed_out:
+        while not seen[stop]:
             try:
-                while True:
-                    msg = receive(spec.grace_ms)
-                    extra += 1
-                    acknowledge(msg)
-            except pulsar.Timeout:
-                pass
-        received += extra
+                msg = receive(poll)
+            except timeout_error:
+                continue
+            received += 1
+            seq = unpack(msg.data())[0]
+            if seq < expected:
+                count = seen[seq]
+                if count == 0:
+                    seen[seq] = 1
+                    fresh += 1
+                    last_fresh = clock()
+                elif count < 255:
+                    seen[seq] = count + 1
+            else:
+                foreign += 1
+            acknowledge(msg)
         control.report(
             {
-                "first_receive": first_receive,
-                "last_receive": last_receive,
                 "received": received,
-                "unique": unique,
-                "duplicates": received - unique - foreign,
-                "missing": expected - unique,
+                "fresh": fresh,
                 "foreign": foreign,
-                "timed_out": timed_out,
+                "last_fresh": last_fresh,
             }
         )
         _quietly(consumer.close)
     finally:
+        del seen
+        block.close()
         _quietly(client.close)
 
 
