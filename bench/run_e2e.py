@@ -51,7 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=None, help="JSON output path")
     parser.add_argument(
-        "--only", default="", help="run only workloads whose name contains this substring"
+        "--only",
+        default="",
+        help="run only workloads whose name contains this substring (several: comma-separated)",
+    )
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="rounds outermost: each round runs every selected workload once",
     )
     parser.add_argument("--skip-latency", action="store_true", help="skip the latency runs")
     parser.add_argument(
@@ -72,6 +79,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("keybased", "default"),
         default="keybased",
         help="batching type of batched Key_Shared runs (default keybased)",
+    )
+    parser.add_argument(
+        "--exclusive-batching",
+        choices=("keybased", "default"),
+        default="default",
+        help="batching type of batched Exclusive runs (default default; keybased compares "
+        "both subscriptions on the same producer workload)",
+    )
+    parser.add_argument(
+        "--consumers",
+        default="1",
+        help="comma-separated consumer counts of the Key_Shared runs, e.g. 1,4 (Exclusive "
+        "admits one consumer and always runs with one)",
     )
     parser.add_argument(
         "--batch-delay-ms", type=int, default=5, help="batching_max_publish_delay_ms"
@@ -178,22 +198,32 @@ def run_throughput(
     runs: int,
     settings: runner.Settings,
     scratch: Path,
+    *,
+    alternate: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every workload, ``runs`` rounds, brokers interleaved within each round."""
+    """Every workload, ``runs`` rounds, brokers interleaved within each round.
+
+    With ``alternate`` each round runs every workload once (rounds outermost), so workloads
+    compared with each other (Exclusive against Key_Shared) see the same stretch of load.
+    """
+    records: dict[str, list[dict[str, Any]]] = {w.name: [] for w in workloads}
+    if alternate:
+        order = [(r, w) for r in range(runs) for w in workloads]
+    else:
+        order = [(r, w) for w in workloads for r in range(runs)]
+    for round_index, workload in order:
+        for name in names:
+            try:
+                record = runner.throughput_run(pool, name, workload, settings, scratch)
+            except Exception as error:
+                record = _error_record(name, error)
+            record["round"] = round_index
+            records[workload.name].append(record)
+            _log(f"{workload.name} {name} #{round_index + 1}: {_describe(record)}")
     results = []
     for workload in workloads:
-        records: list[dict[str, Any]] = []
-        for round_index in range(runs):
-            for name in names:
-                try:
-                    record = runner.throughput_run(pool, name, workload, settings, scratch)
-                except Exception as error:
-                    record = _error_record(name, error)
-                record["round"] = round_index
-                records.append(record)
-                _log(f"{workload.name} {name} #{round_index + 1}: {_describe(record)}")
-        summary = report.summarize_workload(workload.as_dict(), records)
-        summary["runs"] = records
+        summary = report.summarize_workload(workload.as_dict(), records[workload.name])
+        summary["runs"] = records[workload.name]
         results.append(summary)
     return results
 
@@ -256,15 +286,22 @@ def main(argv: list[str] | None = None) -> int:
     budget = QUICK_BUDGET if args.quick else FULL_BUDGET
     key_based = args.key_shared_batching == "keybased"
     full_matrix = args.matrix == "full" or (args.matrix is None and not args.quick)
+    consumer_counts = tuple(int(n) for n in args.consumers.split(",") if n.strip())
     candidates = (
-        matrix(budget, not args.no_produce_only, key_based)
+        matrix(
+            budget,
+            not args.no_produce_only,
+            key_based,
+            exclusive_key_based=args.exclusive_batching == "keybased",
+            key_shared_consumers=consumer_counts,
+        )
         if full_matrix
         else smoke_matrix(budget, key_based)
     )
     workloads = [
         w
         for w in candidates
-        if args.only in w.name
+        if any(part in w.name for part in args.only.split(","))
         and not (args.no_produce_only and w.subscription == "none")
         and not args.latency_only
     ]
@@ -281,10 +318,15 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
 
     scratch = Path(tempfile.mkdtemp(prefix="keyshared-bench-"))
-    pool = WorkerPool(1 + max((w.producers for w in workloads), default=1))
+    pool = WorkerPool(
+        max((w.consumers for w in workloads), default=1)
+        + max((w.producers for w in workloads), default=1)
+    )
     try:
         startup = {} if args.skip_startup else run_startup(names, scratch)
-        throughput = run_throughput(pool, names, workloads, runs, settings, scratch)
+        throughput = run_throughput(
+            pool, names, workloads, runs, settings, scratch, alternate=args.alternate
+        )
         latency = (
             []
             if args.skip_latency or (args.only and not args.latency_only)
@@ -315,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             "batch_delay_ms": settings.batch_delay_ms,
             "key_shared_batching": args.key_shared_batching,
+            "exclusive_batching": args.exclusive_batching,
+            "key_shared_consumers": list(consumer_counts),
             "max_pending_messages": settings.max_pending,
             "receiver_queue_size": settings.receiver_queue_size,
             "latency_rate": settings.latency_rate,

@@ -216,6 +216,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             if workload["subscription"] == "none"
             else f"e2e {workload['subscription'].replace('_', '-')}"
         )
+        if workload.get("consumers", 1) > 1:
+            kind += f", {workload['consumers']} consumers"
         row = (
             f"| {kind} | {workload['size']} B | {_batching_label(workload)} "
             f"| {workload['producers']} |"

@@ -24,7 +24,9 @@ PRODUCERS_START_MS = 5_000
 ABORT_GRACE_S = 5.0
 LOG_TAIL_LINES = 15
 DUPLICATE_GRACE_MS = 300
-CONSUMER_INDEX = 0
+# With several consumers, each stops after this long without a message (it cannot know when
+# its share is complete); the rate still ends at the last message received.
+SHARE_IDLE_END_MS = 2_000
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,9 @@ def throughput_run(
     cpu_before = broker.cpu_seconds()
     topic = _topic("e2e")
     with_consumer = workload.subscription != "none"
-    slots = list(range(1, workload.producers + 1))
+    consumer_slots = list(range(workload.consumers)) if with_consumer else []
+    first_producer = max(len(consumer_slots), 1)
+    slots = list(range(first_producer, first_producer + workload.producers))
     errors: list[str] = []
     produced: list[dict[str, Any]] = []
     consumed: dict[str, Any] | None = None
@@ -102,11 +106,11 @@ def throughput_run(
             stopped = True
 
     try:
-        if with_consumer:
-            spec = _consume_spec(broker.url, topic, workload, settings)
-            pool.send(CONSUMER_INDEX, "consume", spec)
+        spec = _consume_spec(broker.url, topic, workload, settings)
+        for slot in consumer_slots:
+            pool.send(slot, "consume", spec)
             # The subscription must exist before the first message is produced.
-            pool.expect(CONSUMER_INDEX, "ready", READY_TIMEOUT_S)
+            pool.expect(slot, "ready", READY_TIMEOUT_S)
         share = workload.messages // workload.producers
         for n, slot in enumerate(slots):
             pool.send(
@@ -119,11 +123,15 @@ def throughput_run(
         deadline = time.perf_counter() + _run_deadline_s(workload, settings)
         give_up = False
         if with_consumer:
-            try:
-                consumed = pool.expect(CONSUMER_INDEX, "result", _left(deadline))
-            except WorkerError as error:
-                errors.append(str(error))
-                restart = True
+            shares = []
+            for slot in consumer_slots:
+                try:
+                    shares.append(pool.expect(slot, "result", _left(deadline)))
+                except WorkerError as error:
+                    errors.append(str(error))
+                    restart = True
+            if len(shares) == len(consumer_slots):
+                consumed = shares[0] if len(shares) == 1 else _merge_shares(shares, workload)
             give_up = consumed is None or consumed["missing"] > 0
         for slot in slots:
             if give_up:
@@ -161,7 +169,31 @@ def _left(deadline: float) -> float:
     return max(deadline - time.perf_counter(), 1.0)
 
 
+def _merge_shares(shares: list[dict[str, Any]], workload: Workload) -> dict[str, Any]:
+    """One consumer's figures from several consumers' bitmaps."""
+    seen = bytearray(workload.messages)
+    for share in shares:
+        for seq, bit in enumerate(share["seen"]):
+            if bit:
+                seen[seq] = 1
+    unique = workload.messages - seen.count(0)
+    received = sum(s["received"] for s in shares)
+    foreign = sum(s["foreign"] for s in shares)
+    return {
+        "first_receive": min(s["first_receive"] for s in shares if s["received"]),
+        "last_receive": max(s["last_receive"] for s in shares),
+        "received": received,
+        "unique": unique,
+        "duplicates": received - unique - foreign,
+        "missing": workload.messages - unique,
+        "foreign": foreign,
+        "timed_out": unique < workload.messages,
+        "per_consumer_received": [s["received"] for s in shares],
+    }
+
+
 def _consume_spec(url: str, topic: str, workload: Workload, settings: Settings) -> ConsumeSpec:
+    shared = workload.consumers > 1
     return ConsumeSpec(
         url=url,
         topic=topic,
@@ -170,8 +202,9 @@ def _consume_spec(url: str, topic: str, workload: Workload, settings: Settings) 
         expected=workload.messages,
         idle_timeout_ms=settings.idle_timeout_ms,
         first_timeout_ms=settings.idle_timeout_ms + PRODUCERS_START_MS,
-        grace_ms=DUPLICATE_GRACE_MS,
+        grace_ms=SHARE_IDLE_END_MS if shared else DUPLICATE_GRACE_MS,
         receiver_queue_size=settings.receiver_queue_size,
+        shared=shared,
     )
 
 
@@ -221,6 +254,8 @@ def _throughput_figures(
                 "consumer_timed_out": consumed["timed_out"],
             }
         )
+        if "per_consumer_received" in consumed:
+            figures["per_consumer_received"] = consumed["per_consumer_received"]
         if consumed["missing"] == 0 and produced:
             elapsed = consumed["last_receive"] - first_send
             figures["e2e_s"] = elapsed

@@ -69,6 +69,10 @@ class ConsumeSpec:
     first_timeout_ms: int
     grace_ms: int
     receiver_queue_size: int
+    # One of several consumers: it cannot know when its share is complete, so it stops after
+    # ``grace_ms`` without a message once it had one, and returns its bitmap for the parent
+    # to merge; ``last_receive`` is still the time of its last message.
+    shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,9 @@ def run_consumer(spec: ConsumeSpec, control: Control) -> None:
         timed_out = False
         first_receive = 0.0
         control.ready()
+        if spec.shared:
+            _consume_share(consumer, spec, control)
+            return
         try:
             msg = receive(first_timeout)
             first_receive = time.perf_counter()
@@ -254,6 +261,47 @@ def run_consumer(spec: ConsumeSpec, control: Control) -> None:
         _quietly(consumer.close)
     finally:
         _quietly(client.close)
+
+
+def _consume_share(consumer: Any, spec: ConsumeSpec, control: Control) -> None:
+    """One of several consumers: receive and ack until idle, report the bitmap."""
+    seen = bytearray(spec.expected)
+    receive = consumer.receive
+    acknowledge = consumer.acknowledge
+    unpack = SEQ.unpack_from
+    expected = spec.expected
+    received = unique = foreign = 0
+    first_receive = last_receive = 0.0
+    timeout = spec.first_timeout_ms
+    try:
+        while True:
+            msg = receive(timeout)
+            last_receive = time.perf_counter()
+            if not received:
+                first_receive = last_receive
+                timeout = spec.grace_ms
+            received += 1
+            seq = unpack(msg.data())[0]
+            if seq < expected:
+                if not seen[seq]:
+                    seen[seq] = 1
+                    unique += 1
+            else:
+                foreign += 1
+            acknowledge(msg)
+    except pulsar.Timeout:
+        pass
+    control.report(
+        {
+            "first_receive": first_receive,
+            "last_receive": last_receive,
+            "received": received,
+            "unique": unique,
+            "foreign": foreign,
+            "seen": bytes(seen),
+        }
+    )
+    _quietly(consumer.close)
 
 
 def run_latency(spec: LatencySpec, control: Control) -> None:

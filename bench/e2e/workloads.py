@@ -22,6 +22,8 @@ class Workload:
     subscription: Subscription
     messages: int
     key_based_batching: bool = False
+    # Consumer processes on the subscription (Key_Shared only: Exclusive admits one).
+    consumers: int = 1
 
     @property
     def name(self) -> str:
@@ -31,7 +33,8 @@ class Workload:
         else:
             batching = "nobatch"
         kind = "produce" if self.subscription == "none" else f"e2e-{self.subscription}"
-        return f"{kind}/{self.size}B/{batching}/{self.producers}p"
+        name = f"{kind}/{self.size}B/{batching}/{self.producers}p"
+        return name + (f"/{self.consumers}c" if self.consumers > 1 else "")
 
     def as_dict(self) -> dict[str, object]:
         """The configuration as plain JSON-ready data, with its name."""
@@ -65,12 +68,19 @@ QUICK_BUDGET = MessageBudget(
 
 
 def matrix(
-    budget: MessageBudget, include_produce_only: bool = True, key_shared_key_based: bool = True
+    budget: MessageBudget,
+    include_produce_only: bool = True,
+    key_shared_key_based: bool = True,
+    *,
+    exclusive_key_based: bool = False,
+    key_shared_consumers: tuple[int, ...] = (1,),
 ) -> list[Workload]:
     """Every configuration of the issue's matrix, end-to-end first, then produce-only.
 
     Batched Key_Shared runs use key-based batching (what Pulsar recommends for Key_Shared)
-    unless ``key_shared_key_based`` is false.
+    unless ``key_shared_key_based`` is false; batched Exclusive runs use it only with
+    ``exclusive_key_based`` (to compare both subscriptions on the same producer workload).
+    Key_Shared runs once per entry of ``key_shared_consumers``.
     """
     subscriptions: list[Subscription] = ["exclusive", "key_shared"]
     if include_produce_only:
@@ -80,18 +90,22 @@ def matrix(
         for batching in (True, False):
             for size in SIZES:
                 for producers in PRODUCER_COUNTS:
-                    workloads.append(
-                        Workload(
-                            size=size,
-                            batching=batching,
-                            producers=producers,
-                            subscription=subscription,
-                            messages=budget.messages(size, batching, producers),
-                            key_based_batching=(
-                                batching and subscription == "key_shared" and key_shared_key_based
-                            ),
+                    key_based = key_shared_key_based if subscription == "key_shared" else False
+                    if subscription == "exclusive":
+                        key_based = exclusive_key_based
+                    counts = key_shared_consumers if subscription == "key_shared" else (1,)
+                    for consumers in counts:
+                        workloads.append(
+                            Workload(
+                                size=size,
+                                batching=batching,
+                                producers=producers,
+                                subscription=subscription,
+                                messages=budget.messages(size, batching, producers),
+                                key_based_batching=batching and key_based,
+                                consumers=consumers,
+                            )
                         )
-                    )
     return workloads
 
 
