@@ -26,7 +26,7 @@ LOG_TAIL_LINES = 15
 DUPLICATE_GRACE_MS = 300
 # With several consumers, each stops after this long without a message (it cannot know when
 # its share is complete); the rate still ends at the last message received.
-SHARE_IDLE_END_MS = 2_000
+SHARE_IDLE_END_MS = 5_000
 
 
 @dataclass(frozen=True)
