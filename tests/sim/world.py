@@ -62,8 +62,7 @@ class SimTopic:
 
     def known_batch_size(self, pos: Position) -> int | None:
         """The batch size of ``pos`` if its metadata was parsed already."""
-        meta = self.meta_cache._cache.get(pos)
-        return meta.num_messages if meta is not None else None
+        return self.meta_cache.batch_size(pos)
 
     def record_out(self, messages: int, nbytes: int) -> None:
         """Dispatch accounting."""

@@ -169,9 +169,7 @@ class Subscription:
             acked = 0
             consumer.msg_ack_counter += len(items)
         else:
-            acked = 0
-            for item in items:
-                acked += self._ack_one(consumer, item)
+            acked = self._ack_individually(consumer, items)
         after = cursor.mark_delete_position
         if after != before:
             self._mark_delete_moved(after)
@@ -189,6 +187,49 @@ class Subscription:
             # that already completed is not dropped: the cursor moved past its entries.
             disp.cancel_parked_read()
         disp.read_more()
+
+    def _ack_individually(self, consumer: Consumer, items: Sequence[AckItem]) -> int:
+        """Apply the ids of an individual ACK; returns the messages it released.
+
+        Whole-entry acks go to the cursor together, so its range set and mark-delete advance
+        are worked once per command rather than once per id (a consumer of a Key_Shared
+        subscription acks out of position order: each id alone meant a range-set insert and a
+        mark-delete check); the owners' unacked counts are settled once per command too.
+        A batch-index ack reads the cursor's state, so the whole-entry acks before it are
+        applied first: the result is the same as applying the ids one by one, in order.
+        """
+        cursor = self.cursor
+        counts = self.redelivery_counts
+        removed_hook = getattr(self.dispatcher, "on_pending_ack_removed", None)
+        plain: list[Position] = []
+        released: dict[Consumer, int] = {}
+        acked = 0
+        for item in items:
+            if item.ack_set is not None:
+                if plain:
+                    cursor.ack_individual(plain)
+                    plain = []
+                acked += self._ack_one(consumer, item)
+                continue
+            pos = item.position
+            plain.append(pos)
+            counts.pop(pos, None)
+            owner, pa = self._owner_of(consumer, pos)
+            if pa is None or owner is None or owner.pending_acks is None:
+                acked += 1
+                continue
+            del owner.pending_acks[pos]
+            if removed_hook is not None:
+                removed_hook(owner, pos, pa.key_hash)
+            remaining = pa.batch_size - pa.acked_indexes
+            released[owner] = released.get(owner, 0) + remaining
+            acked += remaining
+        if plain:
+            cursor.ack_individual(plain)
+        for owner, messages in released.items():
+            if owner.record_acked(messages) and self.dispatcher is not None:
+                self.dispatcher.read_more()
+        return acked
 
     def _ack_one(self, consumer: Consumer, item: AckItem) -> int:
         pos = item.position

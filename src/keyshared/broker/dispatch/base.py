@@ -252,10 +252,14 @@ class Dispatcher:
         *,
         track: bool = False,
         ack_sets: Mapping[Position, list[int]] | None = None,
+        metas: Sequence[EntryMeta] | None = None,
+        hashes: Sequence[int] | None = None,
     ) -> int:
         """Write ``entries`` to ``consumer``; returns the number of messages sent.
 
         ``ack_sets`` overrides the cursor's ack set of some batch entries (compacted reads).
+        ``metas`` and ``hashes``, parallel to ``entries``, are their metadata and pending-ack
+        hashes when the caller already has them (the routing looked them up once).
         """
         sub = self.subscription
         topic = sub.topic
@@ -266,9 +270,9 @@ class Dispatcher:
         acked_indexes = 0
         nbytes = 0
         pending = consumer.pending_acks if track else None
-        for entry in entries:
+        for i, entry in enumerate(entries):
             pos = entry.position
-            meta = topic.entry_meta(entry)
+            meta = metas[i] if metas is not None else topic.entry_meta(entry)
             ack_set = cursor.get_ack_set(pos) if meta.num_messages > 1 else None
             if ack_sets is not None:
                 ack_set = ack_sets.get(pos, ack_set)
@@ -279,7 +283,8 @@ class Dispatcher:
             out.append(OutboundMessage(entry, counts.get(pos, 0), ack_set))
             if pending is not None:
                 # Indexes acked before this send are not held: they never count as unacked.
-                pending[pos] = PendingAck(meta.num_messages, self.pending_hash(meta), already)
+                h = hashes[i] if hashes is not None else self.pending_hash(meta)
+                pending[pos] = PendingAck(meta.num_messages, h, already)
         consumer.record_sent(len(out), messages, acked_indexes, nbytes)
         topic.record_out(messages - acked_indexes, nbytes)
         if sub.dispatch_throttle is not None:

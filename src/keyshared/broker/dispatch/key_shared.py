@@ -23,7 +23,7 @@ from keyshared.broker.dispatch.selectors import (
     StickyKeyConsumerSelector,
     selector_for,
 )
-from keyshared.broker.dispatch.shared import NORMAL, REPLAY, SharedDispatcher
+from keyshared.broker.dispatch.shared import NORMAL, REPLAY, DispatchGroup, SharedDispatcher
 from keyshared.broker.entry_meta import EntryMeta
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.protocol import sticky_key_hash
@@ -256,21 +256,26 @@ class KeySharedDispatcher(SharedDispatcher):
 
     # --- the decision ----------------------------------------------------------------------------
     def filter_and_group(
-        self, entries: list[Entry], read_type: str
-    ) -> list[tuple[Consumer, list[Entry]]]:
-        """Route each entry by key; what cannot go now is queued for replay, in order."""
-        topic = self.subscription.topic
+        self, entries: list[Entry], read_type: str, metas: list[EntryMeta]
+    ) -> list[DispatchGroup]:
+        """Route each entry by key; what cannot go now is queued for replay, in order.
+
+        ``metas`` are the entries' metadata, in the same order. Each entry's selector slot is
+        computed once, here, and handed on with its group to the pending acks."""
         selector = self.selector
         draining = self.draining
         replay = self.replay
         ordered = not self.allow_out_of_order
+        span = self._slot_span
+        start = self._slot_start
         budgets: dict[Consumer, int] = {}
-        groups: dict[Consumer, list[Entry]] = {}
+        groups: dict[Consumer, tuple[list[Entry], list[EntryMeta], list[int]]] = {}
         look_ahead_allowed = len(replay) < self.look_ahead_limit()
         blocked_consumers: set[Consumer] = set()
         seen: set[Consumer] = set()
-        for entry in entries:
-            h = self.slot_of(topic.entry_meta(entry))
+        for entry, meta in zip(entries, metas, strict=True):
+            # slot_of_hash, inline: this loop runs once per entry dispatched.
+            h = meta.key_hash % span + start or 1
             c = selector.select(h)
             dispatch = False
             if c is not None:
@@ -288,7 +293,12 @@ class KeySharedDispatcher(SharedDispatcher):
                         dispatch = True
             if dispatch:
                 assert c is not None
-                groups.setdefault(c, []).append(entry)
+                group = groups.get(c)
+                if group is None:
+                    group = groups[c] = ([], [], [])
+                group[0].append(entry)
+                group[1].append(meta)
+                group[2].append(h)
             else:
                 # Queued (or kept queued, now with its hash known) behind older entries.
                 self.add_to_replay(entry.position, h)
@@ -300,7 +310,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 self._skip_next_replay = True
             elif trigger and read_type == NORMAL and self.cursor.has_more_entries():
                 self.read_more()
-        return list(groups.items())
+        return [(c, es, ms, hs) for c, (es, ms, hs) in groups.items()]
 
     # --- what blocks a hash ----------------------------------------------------------------------
     def slot_of_key(self, key: bytes) -> int:

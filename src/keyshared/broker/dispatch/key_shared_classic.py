@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any
 from keyshared.broker.consumer import Consumer
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
-from keyshared.broker.dispatch.shared import NORMAL, REPLAY
+from keyshared.broker.dispatch.shared import NORMAL, REPLAY, DispatchGroup
+from keyshared.broker.entry_meta import EntryMeta
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 from keyshared.storage.range_set import RangeSet
@@ -262,26 +263,26 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         return bool(self.stranded) and self._held_elsewhere(c, key_hash)
 
     def filter_and_group(
-        self, entries: list[Entry], read_type: str
-    ) -> list[tuple[Consumer, list[Entry]]]:
+        self, entries: list[Entry], read_type: str, metas: list[EntryMeta]
+    ) -> list[DispatchGroup]:
         """Group by key owner; each group cut to what the restriction rule allows."""
-        topic = self.subscription.topic
         selector = self.selector
         by_consumer: dict[Consumer, list[tuple[Entry, int]]] = {}
-        for entry in entries:
-            h = self.slot_of(topic.entry_meta(entry))
+        for entry, meta in zip(entries, metas, strict=True):
+            h = self.slot_of(meta)
             c = selector.select(h)
             if c is None:
                 self.add_to_replay(entry.position, h)
                 continue
             by_consumer.setdefault(c, []).append((entry, h))
-        out: list[tuple[Consumer, list[Entry]]] = []
+        meta_of = dict(zip((e.position for e in entries), metas, strict=True))
+        out: list[DispatchGroup] = []
         for c, items in by_consumer.items():
             chosen, rest = self._choose(c, items, read_type)
             for e, h in rest:
                 self.add_to_replay(e.position, h)
             if chosen:
-                out.append((c, chosen))
+                out.append((c, chosen, [meta_of[e.position] for e in chosen], None))
                 self._mark_sent(chosen)
         if not out and not self.recently_joined and read_type == REPLAY:
             # Pulsar sets this after any empty round; after a normal read whose entries were

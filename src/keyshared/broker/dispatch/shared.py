@@ -12,6 +12,7 @@ from keyshared.broker.consumer import Consumer
 from keyshared.broker.dispatch.base import Dispatcher, Scheduler, TimerHandle, on_done
 from keyshared.broker.dispatch.delayed import DelayedDeliveryTracker
 from keyshared.broker.dispatch.unacked import SubscriptionUnackedLimit
+from keyshared.broker.entry_meta import EntryMeta
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -23,6 +24,10 @@ REPLAY = "replay"
 
 # Pulsar's dispatcherMaxRoundRobinBatchSize: entries given to one consumer before moving on.
 ROUND_ROBIN_BATCH = 20
+
+# What one round sends to one consumer: the entries, their metadata, and (when the routing
+# computed them) the hashes their pending acks keep; the lists run in parallel.
+DispatchGroup = tuple[Consumer, list[Entry], list[EntryMeta], list[int] | None]
 
 
 def _now_ms() -> int:
@@ -209,24 +214,30 @@ class SharedDispatcher(Dispatcher):
         self.delayed.remove_up_to(mark_delete)
 
     # --- delayed delivery ------------------------------------------------------------------
-    def _hold_delayed(self, entries: list[Entry]) -> tuple[list[Entry], int]:
-        """Take out the entries not yet due; returns the rest and how many were held."""
+    def _hold_delayed(
+        self, entries: list[Entry], metas: list[EntryMeta]
+    ) -> tuple[list[Entry], list[EntryMeta], int]:
+        """Take out the entries not yet due; returns the rest (entries and their metadata)
+        and how many were held."""
         if not self.subscription.topic.policy("delayedDeliveryEnabled"):
-            return entries, 0
+            return entries, metas, 0
         now = _now_ms()
-        topic = self.subscription.topic
+        if all(m.deliver_at_time <= now for m in metas):
+            return entries, metas, 0
         out: list[Entry] = []
+        out_metas: list[EntryMeta] = []
         held = 0
-        for e in entries:
-            at = topic.entry_meta(e).deliver_at_time
+        for e, m in zip(entries, metas, strict=True):
+            at = m.deliver_at_time
             if at > now:
                 self.delayed.add(e.position, at)
                 held += 1
             else:
                 out.append(e)
+                out_metas.append(m)
         if held:
             self._arm_delayed_timer()
-        return out, held
+        return out, out_metas, held
 
     def _move_due_to_replay(self) -> None:
         if len(self.delayed):
@@ -373,7 +384,10 @@ class SharedDispatcher(Dispatcher):
             if read_type == NORMAL:
                 self.cursor.rewind()
             return
-        entries, held = self._hold_delayed(entries)
+        meta_of = self.subscription.topic.entry_meta
+        # Each entry's metadata is looked up once a round, here: delay, routing, pending acks.
+        metas = [meta_of(e) for e in entries]
+        entries, metas, held = self._hold_delayed(entries, metas)
         if not entries:
             # Everything read is delayed: read on at once, no backoff (Pulsar row 36).
             self.read_more()
@@ -384,11 +398,10 @@ class SharedDispatcher(Dispatcher):
                 # An older entry was queued while this read was in flight: dispatching this
                 # read now could overtake it, so queue everything and replay in order.
                 if read_type == NORMAL:
-                    topic = self.subscription.topic
-                    for e in entries:
+                    for e, m in zip(entries, metas, strict=True):
                         # The hash the replay queue counts is the one filter_and_group looks
                         # up: the selector slot, not the raw key hash.
-                        self.add_to_replay(e.position, self.pending_hash(topic.entry_meta(e)))
+                        self.add_to_replay(e.position, self.pending_hash(m))
                 self.read_more()
                 return
             added = self.replay.min_added_with_hash
@@ -399,14 +412,14 @@ class SharedDispatcher(Dispatcher):
                 # heads the queue. Everything read is still queued: replay again, in order.
                 self.read_more()
                 return
-        groups = self.filter_and_group(entries, read_type)
+        groups = self.filter_and_group(entries, read_type, metas)
         sent = 0
-        for consumer, chosen in groups:
+        for consumer, chosen, chosen_metas, hashes in groups:
             if read_type == REPLAY:
                 for e in chosen:
                     self.replay.remove(e.position)
             sent += len(chosen)
-            self.send_to_consumer(consumer, chosen, track=True)
+            self.send_to_consumer(consumer, chosen, track=True, metas=chosen_metas, hashes=hashes)
         if sent:
             self.update_unacked_block()
         if sent or held:
@@ -416,11 +429,14 @@ class SharedDispatcher(Dispatcher):
             self.read_more_with_backoff()
 
     def filter_and_group(
-        self, entries: list[Entry], read_type: str
-    ) -> list[tuple[Consumer, list[Entry]]]:
-        """Round-robin: give each consumer with permits up to a small batch, in turn."""
+        self, entries: list[Entry], read_type: str, metas: list[EntryMeta]
+    ) -> list[DispatchGroup]:
+        """Round-robin: give each consumer with permits up to a small batch, in turn.
+
+        ``metas`` are the entries' metadata, in the same order."""
         budgets = {c: self.permits_of(c) for c in self.consumers}
         groups: dict[Consumer, list[Entry]] = {}
+        group_metas: dict[Consumer, list[EntryMeta]] = {}
         n = len(self.consumers)
         i = 0
         idx = self._rr
@@ -436,13 +452,14 @@ class SharedDispatcher(Dispatcher):
                 break
             take = min(budgets[consumer], ROUND_ROBIN_BATCH, len(entries) - i)
             groups.setdefault(consumer, []).extend(entries[i : i + take])
+            group_metas.setdefault(consumer, []).extend(metas[i : i + take])
             budgets[consumer] -= take
             i += take
             idx = (idx + 1) % n
         self._rr = idx
         for e in entries[i:]:
             self.add_to_replay(e.position, 0)
-        return list(groups.items())
+        return [(c, chosen, group_metas[c], None) for c, chosen in groups.items()]
 
     def stats(self) -> dict[str, Any]:
         """Replay-queue size (Pulsar's msgInReplay), delayed entries (msgDelayed), and whether
