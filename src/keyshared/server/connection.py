@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.protocol import ProtocolError, commands, pb
+from keyshared.protocol import Frame, ProtocolError, SendFrame, commands, pb
 from keyshared.protocol.constants import PROTOCOL_VERSION
 from keyshared.server.auth_refresh import REFRESH_AUTH_DATA, AuthRefresh
 from keyshared.server.connection_core import _U64, T, position_of, signed64
@@ -105,17 +105,21 @@ class ServerConnection(ProducerCommands, ConsumerCommands, LookupCommands):
             if data:
                 decoder.feed(data)
             while not self.closed and self._reading:
-                frame = decoder.next_frame()
+                frame = decoder.next_frame_or_send()
                 if frame is None:
                     break
+                if type(frame) is SendFrame:
+                    if not self.connected:
+                        self._fail("SEND before CONNECT")
+                        return
+                    self._on_send_frame(frame)
+                    continue
+                assert isinstance(frame, Frame)
                 cmd = frame.command
                 ctype = cmd.type
                 if not self.connected and ctype != T.CONNECT:
                     self._fail(f"{T.Type.Name(ctype)} before CONNECT")
                     return
-                if ctype == T.SEND:
-                    self._on_send_frame(cmd, frame.payload, frame.checksum, frame.checksum_ok)
-                    continue
                 handler = self._handlers.get(ctype)
                 if handler is None:
                     self._unsupported(cmd)

@@ -10,7 +10,7 @@ from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.producer_access import access_mode_of
 from keyshared.broker.schema import version_bytes
 from keyshared.broker.topic import Producer
-from keyshared.protocol import encode_send_receipt, pb
+from keyshared.protocol import SendFrame, encode_send_receipt, pb
 from keyshared.server import schema_commands
 from keyshared.server.connection_core import _U64, ConnectionCore, T, _u64, _wire_error
 from keyshared.storage.position import Position
@@ -105,33 +105,34 @@ class ProducerCommands(ConnectionCore):
             success.schema_version = producer.schema_version
         self.send_command(T(type=T.PRODUCER_SUCCESS, producer_success=success))
 
-    def _on_send_frame(
-        self, cmd: pb.BaseCommand, payload: bytes | None, checksum: int | None, checksum_ok: bool
-    ) -> None:
-        s = cmd.send
-        producer = self.producers.get(s.producer_id)
+    def _on_send_frame(self, send: SendFrame) -> None:
+        producer_id = send.producer_id
+        producer = self.producers.get(producer_id)
         if producer is None:
-            if s.producer_id in self._recently_closed_producers:
+            if producer_id in self._recently_closed_producers:
                 # Written before the client saw our CLOSE_PRODUCER: it resends after
                 # re-creating the producer (Pulsar's recentlyClosedProducers).
                 return
-            self._fail(f"SEND for unknown producer {s.producer_id}")
+            self._fail(f"SEND for unknown producer {producer_id}")
             return
         if not producer.ready:
             # As Pulsar: a producer still queued for exclusive access must not publish.
-            self._fail(f"SEND for producer {s.producer_id} that is not ready")
+            self._fail(f"SEND for producer {producer_id} that is not ready")
             return
-        if payload is None:
-            self._fail("SEND without payload")
-            return
+        payload = send.payload
         # Counted against the publish buffer and the connection's pending-send limit until
         # its topic has stored it or failed it (server/publish_buffer.py).
         size = len(payload)
         publishes = self._publishes
         publishes.started(size)
-        self.service.rate_limits.on_publish(producer.topic.name, publishes, s.num_messages, size)
-        self.publisher.on_send(
-            producer, s, payload, checksum_ok, on_finished=lambda: publishes.finished(size)
+        self.service.rate_limits.on_publish(producer.topic.name, publishes, send.num_messages, size)
+        self.publisher.publish(
+            producer,
+            send.sequence_id,
+            send.highest_sequence_id,
+            payload,
+            send.checksum_ok,
+            publishes.finished,
         )
 
     def send_receipt(
