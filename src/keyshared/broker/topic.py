@@ -338,20 +338,21 @@ class PersistentTopic:
         meta = parse_entry_meta(data)
         dedup = self.dedup
         if dedup is None:
+
+            def stored(exc: BaseException | None) -> None:
+                # Called by the journal once the entry is durable (or failed), in append order.
+                if exc is None:
+                    on_done(position, None)
+                    return
+                self._close_producer_on_write_failure(producer, exc)
+                on_done(None, exc)
+
             try:
-                position, fut = self.ledger.add_entry(data)
+                position = self.ledger.append(data, stored)
             except StorageError as exc:
                 self._refused(producer, exc, on_done)
                 return
             self._count_in(producer, meta, position, len(data))
-
-            def stored(f: asyncio.Future[None]) -> None:
-                pos, exc = _outcome(f, position)
-                if exc is not None:
-                    self._close_producer_on_write_failure(producer, exc)
-                on_done(pos, exc)
-
-            fut.add_done_callback(stored)
             return
 
         def answered(pos: Position | None, exc: BaseException | None) -> None:
