@@ -330,8 +330,10 @@ class PersistentTopic:
         highest_sequence_id: int,
         data: bytes,
         on_done: PublishCallback,
+        checksum: int | None = None,
     ) -> None:
-        """Store one entry; ``on_done`` runs once it is durable (or failed)."""
+        """Store one entry; ``on_done`` runs once it is durable (or failed). ``checksum``: the
+        CRC32C of ``data`` when the SEND carried it (verified), so it is not computed again."""
         if self._held is not None:
             self._held.append((producer, sequence_id, highest_sequence_id, data, on_done))
             return
@@ -348,7 +350,7 @@ class PersistentTopic:
                 on_done(None, exc)
 
             try:
-                position = self.ledger.append(data, stored)
+                position = self.ledger.append(data, stored, checksum)
             except StorageError as exc:
                 self._refused(producer, exc, on_done)
                 return

@@ -133,6 +133,8 @@ class ProducerCommands(ConnectionCore):
             payload,
             send.checksum_ok,
             publishes.finished,
+            # Verified against the payload: storage keeps it instead of computing it again.
+            send.checksum if send.checksum_ok else None,
         )
 
     def send_receipt(

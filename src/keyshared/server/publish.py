@@ -166,10 +166,12 @@ class Publisher:
         payload: bytes,
         checksum_ok: bool,
         finished: Callable[[int], None] | None = None,
+        checksum: int | None = None,
     ) -> None:
         """Handle one SEND of a known producer (``highest_sequence_id`` None when the SEND
         has none); ``finished(len(payload))`` runs once, when the topic has stored or failed
-        it (or it was refused before reaching the topic)."""
+        it (or it was refused before reaching the topic). ``checksum``: the SEND's CRC32C of
+        ``payload``, when it had one and it matched (storage then need not compute it)."""
         # Echoed in the receipt as Pulsar does; the client matches on sequence_id alone. The
         # batch's real highest id is not sequence_id + num_messages - 1 for a key-based batch.
         highest = sequence_id
@@ -184,7 +186,12 @@ class Publisher:
             slot.refused(ServerError.ChecksumError, "Checksum failed")
             return
         try:
-            producer.topic.publish(producer, sequence_id, highest, payload, slot.stored)
+            if checksum is None:
+                producer.topic.publish(producer, sequence_id, highest, payload, slot.stored)
+            else:
+                producer.topic.publish(
+                    producer, sequence_id, highest, payload, slot.stored, checksum
+                )
         except ProtocolError as exc:
             slot.refused(ServerError.ChecksumError, exc.message)
         except BrokerError as exc:

@@ -91,6 +91,8 @@ class _State(enum.Enum):
 
 # An enum member read from the class costs a descriptor lookup; append reads it per entry.
 _OPEN = _State.OPEN
+# A NamedTuple built without its generated __new__ (one Position per append).
+_new_position = tuple.__new__
 
 
 class _Ledger:
@@ -338,7 +340,7 @@ class ManagedLedger:
         self._journal.submit_callback(seg, data, crc, done)
         led.entries = entry_id + 1
         self._pending += 1
-        pos = Position(led.ledger_id, entry_id)
+        pos = _new_position(Position, (led.ledger_id, entry_id))
         self._last_position = pos
         self._cache.insert(led.cache, led.ledger_id, entry_id, data, crc)
         return pos
