@@ -16,7 +16,9 @@ writer, the rest). Runs are repeated ``--runs`` times on fresh brokers; medians 
 
 ``--profile PATH`` samples the broker with py-spy (``record --format raw``, non-blocking)
 during the unbatched phase of the first run and writes the collapsed stacks to ``PATH``;
-``bench/profile_summary.py`` turns them into the tables of ``bench/results/profiles/``. The
+``bench/profile_summary.py`` turns them into the tables of ``bench/results/profiles/``.
+``--syscalls PATH`` counts the broker's system calls in the unbatched phases (``strace -c``;
+it slows the broker down a lot, so only the counts mean something). The
 CPU figures of a profiled run include py-spy's sampling overhead on the broker (small, but
 use unprofiled runs for the figures).
 """
@@ -65,10 +67,10 @@ def thread_cpu(pid: int) -> dict[str, float]:
     return out
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds of the whole process (threads that ended included), from /proc."""
+def process_cpu(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of the whole process (threads that ended included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def entries_of(broker: brokers.RunningBroker, topic: str) -> int:
@@ -88,6 +90,7 @@ def phase(
     size: int,
     batching: bool,
     profile: Path | None,
+    syscalls: Path | None = None,
 ) -> dict[str, Any]:
     """Send ``messages`` through ``producers`` processes; the broker's CPU while they do."""
     topic = f"persistent://public/default/cpu-{uuid.uuid4().hex[:12]}"
@@ -129,16 +132,26 @@ def phase(
             stderr=subprocess.DEVNULL,
         )
         time.sleep(1.0)  # py-spy attaches
+    if syscalls is not None:
+        syscalls.parent.mkdir(parents=True, exist_ok=True)
+        spy = subprocess.Popen(
+            ["strace", "-c", "-f", "-o", str(syscalls), "-p", str(broker.process.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # strace attaches
     load = [round(x, 2) for x in os.getloadavg()]
     pid = broker.process.pid
     threads_before = thread_cpu(pid)
-    cpu_before = process_cpu(pid)
+    user_before, sys_before = process_cpu(pid)
     began = time.perf_counter()
     for n in range(producers):
         pool.send(n, "go")
     results = [pool.expect(n, "result", 600.0) for n in range(producers)]
     elapsed = time.perf_counter() - began
-    cpu = process_cpu(pid) - cpu_before
+    user_after, sys_after = process_cpu(pid)
+    user, system = user_after - user_before, sys_after - sys_before
+    cpu = user + system
     threads_after = thread_cpu(pid)
     if spy is not None:
         spy.send_signal(signal.SIGINT)
@@ -158,6 +171,8 @@ def phase(
         "elapsed_s": round(elapsed, 3),
         "msg_per_s": round(acked / elapsed),
         "broker_cpu_s": round(cpu, 3),
+        "broker_user_s": round(user, 3),
+        "broker_sys_s": round(system, 3),
         "cpu_us_per_message": round(cpu / max(acked, 1) * 1e6, 2),
         "cpu_us_per_entry": round(cpu / max(entries, 1) * 1e6, 2),
         "cpu_s_by_thread": by_thread,
@@ -179,6 +194,7 @@ def one_run(args: argparse.Namespace, pool: WorkerPool, profile: Path | None) ->
                 size=args.size,
                 batching=False,
                 profile=profile,
+                syscalls=args.syscalls,
             )
             batched = phase(
                 pool,
@@ -207,9 +223,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", type=int, default=100, help="payload bytes")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--profile", type=Path, default=None, help="py-spy raw output path")
+    parser.add_argument(
+        "--syscalls", type=Path, default=None, help="strace -c output of the unbatched phase"
+    )
+    parser.add_argument(
+        "--src",
+        type=Path,
+        default=ROOT / "src",
+        help="source tree the broker runs (default: this checkout's src; e.g. main's to compare)",
+    )
     parser.add_argument("--label", default="", help="free text stored with the figures")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/publish-cpu.json")
     args = parser.parse_args(argv)
+    # The broker starts in its own directory: a relative PYTHONPATH would not reach it, and it
+    # would run whatever keyshared the virtualenv has installed instead of this checkout.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(args.src.resolve()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    )
     pool = WorkerPool(args.producers)
     runs = []
     try:
