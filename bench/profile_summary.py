@@ -100,8 +100,16 @@ def main() -> None:
         action="store_true",
         help="leave out other threads' stacks (the journal thread's sampled fdatasync waits)",
     )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        help="leave out stacks with a frame containing this text (repeatable), e.g. set-up",
+    )
     args = parser.parse_args()
     stacks = load(args.profile)
+    if args.exclude:
+        stacks = [(st, n) for st, n in stacks if not any(x in f for f in st for x in args.exclude)]
     if args.loop_only:
         stacks = [(st, n) for st, n in stacks if not any("threading.py" in f for f in st)]
     print(summarise(stacks, args.top))
