@@ -5,12 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from keyshared.protocol import num_messages, parse_metadata, sticky_key, sticky_key_hash
+from keyshared.protocol import sticky_key_hash
+from keyshared.protocol.metadata import broker_fields
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
 # Enough to cover every entry in flight in dispatch on a busy broker without growing unbounded.
 _CACHE_LIMIT = 200_000
+
+
+_new_meta = tuple.__new__
 
 
 class EntryMeta(NamedTuple):
@@ -31,18 +35,11 @@ class EntryMeta(NamedTuple):
 
 def parse_entry_meta(data: bytes) -> EntryMeta:
     """Parse the metadata at the head of a stored entry (metadataSize + MessageMetadata + ...)."""
-    md = parse_metadata(data)
-    return EntryMeta(
-        num_messages=num_messages(md),
-        key_hash=sticky_key_hash(sticky_key(md)),
-        publish_time=md.publish_time,
-        deliver_at_time=md.deliver_at_time if md.HasField("deliver_at_time") else 0,
-        event_time=md.event_time,
-        marker_type=md.marker_type,
+    n, key, publish_time, deliver_at_time, event_time, marker_type = broker_fields(data)
+    return _new_meta(
+        EntryMeta,
+        (n, sticky_key_hash(key), publish_time, deliver_at_time, event_time, marker_type),
     )
-
-
-_new_meta = tuple.__new__
 
 
 class EntryMetaCache:

@@ -219,8 +219,10 @@ class NonPersistentTopic:
         highest_sequence_id: int,
         data: bytes,
         on_done: PublishCallback,
+        checksum: int | None = None,
     ) -> None:
-        """Confirm at once, then offer the entry to every subscription (Pulsar's order)."""
+        """Confirm at once, then offer the entry to every subscription (Pulsar's order);
+        ``checksum`` as in ``PersistentTopic.publish``."""
         if self.closed:
             raise BrokerError(ServerError.ServiceNotReady, f"Topic {self.name} is being closed")
         meta = parse_entry_meta(data)
@@ -232,7 +234,7 @@ class NonPersistentTopic:
         on_done(MESSAGE_ID, None)
         if not self.subscriptions:
             return
-        entry = Entry(MESSAGE_ID, data, crc32c(data))
+        entry = Entry(MESSAGE_ID, data, crc32c(data) if checksum is None else checksum)
         for sub in list(self.subscriptions.values()):
             if sub.dispatcher is not None:
                 sub.dispatcher.dispatch(entry, meta)

@@ -335,8 +335,10 @@ class PersistentTopic:
         highest_sequence_id: int,
         data: bytes,
         on_done: PublishCallback,
+        checksum: int | None = None,
     ) -> None:
-        """Store one entry; ``on_done`` runs once it is durable (or failed)."""
+        """Store one entry; ``on_done`` runs once it is durable (or failed). ``checksum``: the
+        CRC32C of ``data`` when the SEND carried it (verified), so it is not computed again."""
         if self._held is not None:
             self._held.append((producer, sequence_id, highest_sequence_id, data, on_done))
             return
@@ -348,20 +350,21 @@ class PersistentTopic:
             return
         dedup = self.dedup
         if dedup is None:
+
+            def stored(exc: BaseException | None) -> None:
+                # Called by the journal once the entry is durable (or failed), in append order.
+                if exc is None:
+                    on_done(position, None)
+                    return
+                self._close_producer_on_write_failure(producer, exc)
+                on_done(None, exc)
+
             try:
-                position, fut = self.ledger.add_entry(data)
+                position = self.ledger.append(data, stored, checksum)
             except StorageError as exc:
                 self._refused(producer, exc, on_done)
                 return
             self._count_in(producer, meta, position, len(data))
-
-            def stored(f: asyncio.Future[None]) -> None:
-                pos, exc = _outcome(f, position)
-                if exc is not None:
-                    self._close_producer_on_write_failure(producer, exc)
-                on_done(pos, exc)
-
-            fut.add_done_callback(stored)
             return
 
         def answered(pos: Position | None, exc: BaseException | None) -> None:

@@ -37,7 +37,7 @@ from keyshared.protocol.errors import (
     ProtocolViolation,
     UnsupportedCompression,
 )
-from keyshared.protocol.framing import Frame, FrameDecoder
+from keyshared.protocol.framing import Frame, FrameDecoder, SendFrame
 from keyshared.protocol.hashing import (
     DEFAULT_RANGE_SIZE,
     STICKY_KEY_HASH_NOT_SET,
@@ -73,6 +73,7 @@ __all__ = [
     "MalformedFrame",
     "ProtocolError",
     "ProtocolViolation",
+    "SendFrame",
     "ServerProtocol",
     "UnsupportedCompression",
     "commands",

@@ -195,12 +195,19 @@ def encode_send_receipt(
     highest_sequence_id: int | None = None,
 ) -> bytes:
     """A SEND_RECEIPT frame for the entry ``(ledger_id, entry_id)``."""
-    mid = _message_id(ledger_id, entry_id)
+    # One per published entry: the message id is built inline, and the highest sequence id,
+    # usually the sequence id itself, reuses its varint.
+    mid = b"".join(
+        (b"\x08", _cached_varint(ledger_id & UINT64_MASK), b"\x10", _varint(entry_id & UINT64_MASK))
+    )
     pid = _cached_varint(producer_id & UINT64_MASK)
     seq = _varint(sequence_id & UINT64_MASK)
-    tail = (
-        b"" if highest_sequence_id is None else b"\x20" + _varint(highest_sequence_id & UINT64_MASK)
-    )
+    if highest_sequence_id is None:
+        tail = b""
+    elif highest_sequence_id == sequence_id:
+        tail = b"\x20" + seq
+    else:
+        tail = b"\x20" + _varint(highest_sequence_id & UINT64_MASK)
     # CommandSendReceipt{1: producer_id, 2: sequence_id, 3: message_id, 4: highest_sequence_id}
     receipt_size = 4 + len(pid) + len(seq) + len(mid) + len(tail)
     # BaseCommand{1: type SEND_RECEIPT (7), 7: send_receipt}; a receipt is under 128 bytes.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -34,6 +34,9 @@ _MAGIC_U32 = struct.Struct(">HI")
 _COMPACT_AT = 64 * 1024
 
 _BaseCommand = pb.BaseCommand
+_SEND = pb.BaseCommand.SEND
+# NamedTuple construction without its generated __new__ (one SendFrame per SEND).
+_new_tuple = tuple.__new__
 _FIELD_BY_TYPE: dict[int, str] = {
     value.number: _BaseCommand.DESCRIPTOR.fields_by_number[value.number].name
     for value in _BaseCommand.DESCRIPTOR.enum_types_by_name["Type"].values
@@ -72,6 +75,20 @@ class Frame:
     def type(self) -> int:
         """The command type (a ``pb.BaseCommand.Type`` value)."""
         return self.command.type
+
+
+class SendFrame(NamedTuple):
+    """A SEND, as :meth:`FrameDecoder.next_frame_or_send` gives it: the command's fields the
+    broker reads, then ``payload``, ``checksum`` and ``checksum_ok`` as in :class:`Frame`."""
+
+    producer_id: int
+    sequence_id: int
+    num_messages: int
+    highest_sequence_id: int | None
+    """None when the SEND does not carry it."""
+    payload: bytes
+    checksum: int | None
+    checksum_ok: bool
 
 
 class FrameDecoder:
@@ -123,6 +140,19 @@ class FrameDecoder:
 
     def next_frame(self) -> Frame | None:
         """The next complete frame, or None if more bytes are needed."""
+        frame = self._next(False)
+        assert not isinstance(frame, SendFrame)
+        return frame
+
+    def next_frame_or_send(self) -> Frame | SendFrame | None:
+        """As :meth:`next_frame`, but a SEND comes back as a :class:`SendFrame`.
+
+        For the broker, which reads only a few fields of each SEND: they are read once, here,
+        and the ``BaseCommand`` is dropped (the frame is checked as by :meth:`next_frame`).
+        """
+        return self._next(True)
+
+    def _next(self, sends: bool) -> Frame | SendFrame | None:
         if self._error is not None:
             raise self._error
         frame_len = self._frame_len
@@ -137,7 +167,7 @@ class FrameDecoder:
         self._pos = end
         self._frame_len = -1
         try:
-            return self._decode(start, end)
+            return self._decode(start, end, sends)
         except ProtocolError as exc:
             self._error = exc
             raise
@@ -160,7 +190,7 @@ class FrameDecoder:
         self._frame_len = frame_len
         return frame_len
 
-    def _decode(self, start: int, end: int) -> Frame:
+    def _decode(self, start: int, end: int, sends: bool) -> Frame | SendFrame:
         buf = self._buf
         (cmd_size,) = _U32.unpack_from(buf, start)
         cmd_start = start + 4
@@ -170,15 +200,24 @@ class FrameDecoder:
                 f"command size {cmd_size} exceeds the frame's {end - cmd_start} remaining bytes"
             )
         command = _BaseCommand()
+        fields: tuple[int, int, int, int | None] | None = None
         # Temporary memoryview slices die right after use, so the bytearray is never left with a
         # live export (which would make the next resize raise BufferError).
         with memoryview(buf) as view:
             try:
                 # upb parses any buffer; the stub only admits bytes.
-                command.ParseFromString(cast(bytes, view[cmd_start:cmd_end]))
+                command.ParseFromString(view[cmd_start:cmd_end])  # type: ignore[arg-type]
             except DecodeError as exc:
                 raise MalformedFrame(f"unparseable command: {exc}") from None
             _check_command(command, buf, cmd_start, cmd_end)
+            if sends and command.type == _SEND:
+                send = command.send
+                fields = (
+                    send.producer_id,
+                    send.sequence_id,
+                    send.num_messages,
+                    send.highest_sequence_id if send.HasField("highest_sequence_id") else None,
+                )
             if cmd_end == end:
                 if command.type in _PAYLOAD_REQUIRED:
                     raise MalformedFrame(f"{_type_name(command.type)} without a payload")
@@ -200,6 +239,8 @@ class FrameDecoder:
                 pos += 6
                 checksum_ok = crc32c(view[pos:end]) == checksum
             payload = bytes(view[pos:end])
+        if fields is not None:
+            return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
         return Frame(command, payload, checksum, checksum_ok)
 
 

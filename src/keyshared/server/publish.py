@@ -46,7 +46,10 @@ class ReceiptQueue:
 
     def reserve(self, sequence_id: int, highest_sequence_id: int) -> Answer:
         """A slot for a send that just arrived."""
-        slot = Answer(sequence_id, highest_sequence_id)
+        return self.add(Answer(sequence_id, highest_sequence_id))
+
+    def add(self, slot: Answer) -> Answer:
+        """Queue ``slot`` (an :class:`Answer` or a subclass) for a send that just arrived."""
         self._slots.append(slot)
         return slot
 
@@ -58,20 +61,83 @@ class ReceiptQueue:
             emit(slots.popleft())
 
 
+class _Producing:
+    """One producer's receipt queue, and how answers reach its client."""
+
+    __slots__ = ("emit", "producer", "queue")
+
+    def __init__(self, producer: Producer, transport: ProducerTransport) -> None:
+        self.producer = producer
+        self.queue = ReceiptQueue()
+        send_receipt = transport.send_receipt
+        send_error = transport.send_error
+
+        def emit(answer: Answer) -> None:
+            if answer.position is not None:
+                send_receipt(
+                    producer, answer.sequence_id, answer.highest_sequence_id, answer.position
+                )
+            else:
+                code = answer.code if answer.code is not None else ServerError.UnknownError
+                send_error(producer, answer.sequence_id, code, answer.message)
+
+        # Made once per producer, not once per send.
+        self.emit = emit
+
+
+@dataclass(slots=True)
+class _Pending(Answer):
+    """A send on its way to the topic: its answer slot, and what to do when it is stored.
+
+    One object per send, whose bound :meth:`stored` is the topic's callback, instead of the
+    closures and the lambda that each send built before (``publish-before.md``).
+    """
+
+    producing: _Producing | None = None
+    finished: Callable[[int], None] | None = None
+    size: int = 0
+
+    def stored(self, position: Position | None, exc: BaseException | None) -> None:
+        """The topic stored the send at ``position``, or failed it with ``exc``."""
+        if self.finished is not None:
+            self.finished(self.size)
+        if position is not None:
+            self.position = position
+        else:
+            self.code = ServerError.PersistenceError
+            self.message = f"Store failed: {exc}"
+        producing = self.producing
+        assert producing is not None
+        producing.queue.resolve(self, producing.emit)
+
+    def refused(self, code: ServerError, message: str) -> None:
+        """The send never reached the topic's storage."""
+        if self.finished is not None:
+            self.finished(self.size)
+        self.code = code
+        self.message = message
+        producing = self.producing
+        assert producing is not None
+        producing.queue.resolve(self, producing.emit)
+
+
 class Publisher:
     """A connection's producers' sends: validated, handed to their topic, answered in order."""
 
     def __init__(self, transport: ProducerTransport) -> None:
         self.transport = transport
-        self._queues: dict[int, tuple[Producer, ReceiptQueue]] = {}
+        self._queues: dict[int, _Producing] = {}
+
+    def _producing(self, producer: Producer) -> _Producing:
+        pid = producer.producer_id
+        held = self._queues.get(pid)
+        if held is None or held.producer is not producer:
+            held = self._queues[pid] = _Producing(producer, self.transport)
+        return held
 
     def queue(self, producer: Producer) -> ReceiptQueue:
         """``producer``'s receipt queue (a new one for a new producer on a reused id)."""
-        pid = producer.producer_id
-        held = self._queues.get(pid)
-        if held is None or held[0] is not producer:
-            held = self._queues[pid] = (producer, ReceiptQueue())
-        return held[1]
+        return self._producing(producer).queue
 
     def forget(self, producer_id: int) -> None:
         """The producer is gone: answers still owed to it are dropped."""
@@ -85,55 +151,55 @@ class Publisher:
         checksum_ok: bool,
         on_finished: Callable[[], None] | None = None,
     ) -> None:
-        """Handle one SEND of a known producer; ``on_finished`` runs once, when the topic has
-        stored or failed it (or it was refused before reaching the topic)."""
-        finished = on_finished if on_finished is not None else _nothing
-        sequence_id = send.sequence_id
+        """Handle one SEND of a known producer, as :meth:`publish`, from its command;
+        ``on_finished`` runs once, when the topic has stored or failed it (or it was refused
+        before reaching the topic)."""
+        highest = send.highest_sequence_id if send.HasField("highest_sequence_id") else None
+        finished = None if on_finished is None else _ignoring_size(on_finished)
+        self.publish(producer, send.sequence_id, highest, payload, checksum_ok, finished)
+
+    def publish(
+        self,
+        producer: Producer,
+        sequence_id: int,
+        highest_sequence_id: int | None,
+        payload: bytes,
+        checksum_ok: bool,
+        finished: Callable[[int], None] | None = None,
+        checksum: int | None = None,
+    ) -> None:
+        """Handle one SEND of a known producer (``highest_sequence_id`` None when the SEND
+        has none); ``finished(len(payload))`` runs once, when the topic has stored or failed
+        it (or it was refused before reaching the topic). ``checksum``: the SEND's CRC32C of
+        ``payload``, when it had one and it matched (storage then need not compute it)."""
         # Echoed in the receipt as Pulsar does; the client matches on sequence_id alone. The
         # batch's real highest id is not sequence_id + num_messages - 1 for a key-based batch.
         highest = sequence_id
-        if send.HasField("highest_sequence_id") and send.highest_sequence_id >= sequence_id:
-            highest = send.highest_sequence_id
-        queue = self.queue(producer)
-        slot = queue.reserve(sequence_id, highest)
-        transport = self.transport
-
-        def emit(answer: Answer) -> None:
-            if answer.position is not None:
-                transport.send_receipt(
-                    producer, answer.sequence_id, answer.highest_sequence_id, answer.position
-                )
-            else:
-                code = answer.code if answer.code is not None else ServerError.UnknownError
-                transport.send_error(producer, answer.sequence_id, code, answer.message)
-
-        def fail(code: ServerError, message: str) -> None:
-            slot.code = code
-            slot.message = message
-            queue.resolve(slot, emit)
-
+        if highest_sequence_id is not None and highest_sequence_id >= sequence_id:
+            highest = highest_sequence_id
+        producing = self._producing(producer)
+        slot = _Pending(
+            sequence_id, highest, None, None, "", False, producing, finished, len(payload)
+        )
+        producing.queue.add(slot)
         if not checksum_ok:
-            finished()
-            fail(ServerError.ChecksumError, "Checksum failed")
+            slot.refused(ServerError.ChecksumError, "Checksum failed")
             return
-
-        def done(position: Position | None, exc: BaseException | None) -> None:
-            finished()
-            if position is not None:
-                slot.position = position
-                queue.resolve(slot, emit)
-            else:
-                fail(ServerError.PersistenceError, f"Store failed: {exc}")
-
         try:
-            producer.topic.publish(producer, sequence_id, highest, payload, done)
+            if checksum is None:
+                producer.topic.publish(producer, sequence_id, highest, payload, slot.stored)
+            else:
+                producer.topic.publish(
+                    producer, sequence_id, highest, payload, slot.stored, checksum
+                )
         except ProtocolError as exc:
-            finished()
-            fail(ServerError.ChecksumError, exc.message)
+            slot.refused(ServerError.ChecksumError, exc.message)
         except BrokerError as exc:
-            finished()
-            fail(exc.code, exc.message)
+            slot.refused(exc.code, exc.message)
 
 
-def _nothing() -> None:
-    pass
+def _ignoring_size(callback: Callable[[], None]) -> Callable[[int], None]:
+    def finished(_size: int) -> None:
+        callback()
+
+    return finished

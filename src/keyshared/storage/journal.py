@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -40,8 +41,11 @@ _fsync = os.fsync
 _IOV_MAX = 1024
 _T = TypeVar("_T")
 
-# (segment, offset, data, crc, future): a tuple is the cheapest record to build per append.
-_Item: TypeAlias = tuple[Segment, int, bytes, int, "asyncio.Future[None]"]
+Done: TypeAlias = Callable[[BaseException | None], None]
+"""Called on the loop once an append is durable (None) or failed (the error)."""
+
+# (segment, offset, data, crc, done): a tuple is the cheapest record to build per append.
+_Item: TypeAlias = tuple[Segment, int, bytes, int, Done]
 _Groups: TypeAlias = dict[Segment, list[_Item]]
 
 
@@ -87,18 +91,28 @@ class Journal:
         The future completes once the record is written, and synced under the policy, or fails
         with :class:`StorageError`.
         """
+        fut: asyncio.Future[None] = self._loop.create_future()
+        self.submit_callback(segment, data, crc, functools.partial(resolve_future, fut))
+        return fut
+
+    def submit_callback(self, segment: Segment, data: bytes, crc: int, done: Done) -> None:
+        """As :meth:`submit`, but ``done`` is called instead of a future being resolved.
+
+        ``done`` runs on the loop inside the group's completion, in submission order, right
+        after the segment's owner heard of it: no future, no callback handle per append (the
+        publish path's hand-off, ``bench/results/profiles/publish-before.md``). An exception
+        it raises is logged and does not keep the appends after it from completing.
+        """
         if self._closing:
             raise StorageError("journal is closed")
-        fut: asyncio.Future[None] = self._loop.create_future()
         offset = segment.reserve(len(data))
         segment.users += 1
-        self._queue.append((segment, offset, data, crc, fut))
+        self._queue.append((segment, offset, data, crc, done))
         # The writer sets _idle (under the lock) before its last look at the queue, so either it
         # sees this item or we see _idle and wake it.
         if self._idle:
             with self._cond:
                 self._cond.notify()
-        return fut
 
     async def close(self) -> None:
         """Write and complete everything queued, then stop the thread."""
@@ -247,19 +261,31 @@ def _complete(
             if seg.on_durable is not None:
                 _guarded(seg.on_durable, seg.durable, n)
             for item in items:
-                fut = item[4]
-                if not fut.done():
-                    fut.set_result(None)
+                try:
+                    item[4](None)
+                except Exception:
+                    log.exception("append completion callback failed")
         else:
             cls = DiskFullError if is_disk_full(exc) else StorageError
             err = cls(f"append to ledger {seg.ledger_id} failed: {exc}")
             if seg.on_failed is not None:
                 _guarded(seg.on_failed, err, n)
             for item in items:
-                fut = item[4]
-                if not fut.done():
-                    fut.set_exception(err)
+                try:
+                    item[4](err)
+                except Exception:
+                    log.exception("append completion callback failed")
         seg.release(n)
+
+
+def resolve_future(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    """A ``Done`` for a future: completes it as the append did (unless already done)."""
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
 
 
 def _guarded(cb: Callable[[_T, int], None], arg: _T, n: int) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import time
 from bisect import bisect_left, bisect_right
@@ -39,7 +40,7 @@ from keyshared.storage.config import StorageConfig
 from keyshared.storage.disk import DiskMonitor
 from keyshared.storage.entry import Entry
 from keyshared.storage.errors import DiskFullError, StorageError, is_disk_full
-from keyshared.storage.journal import Journal
+from keyshared.storage.journal import Done, Journal, resolve_future
 from keyshared.storage.metadata import MetadataStore
 from keyshared.storage.position import Position
 from keyshared.storage.segment import Segment, SegmentPool, data_path, index_path
@@ -86,6 +87,12 @@ class _State(enum.Enum):
     SEALED = 2
     CLOSED = 3
     DELETED = 4
+
+
+# An enum member read from the class costs a descriptor lookup; append reads it per entry.
+_OPEN = _State.OPEN
+# A NamedTuple built without its generated __new__ (one Position per append).
+_new_position = tuple.__new__
 
 
 class _Ledger:
@@ -303,6 +310,13 @@ class ManagedLedger:
         :class:`StorageError`. ``checksum`` is the CRC32C of ``data`` when the caller already
         has it. Empty entries are refused: a zero-length record marks a torn tail.
         """
+        fut: asyncio.Future[None] = self._journal.loop.create_future()
+        return self.append(data, functools.partial(resolve_future, fut), checksum), fut
+
+    def append(self, data: bytes, done: Done, checksum: int | None = None) -> Position:
+        """As :meth:`add_entry`, but ``done(None)`` (durable) or ``done(error)`` is called
+        instead of a future being resolved, on the loop, in append order (``Journal.
+        submit_callback``): the publish path's way, with no future per entry."""
         if self._closed:
             raise StorageError(f"{self._name}: managed ledger is closed")
         if not data:
@@ -313,7 +327,7 @@ class ManagedLedger:
             self._seal_current()
             raise DiskFullError(f"{self._name}: no space left in the data directory")
         led = self._current
-        if led is None or led.entries >= self._max_entries or led.state is not _State.OPEN:
+        if led is None or led.entries >= self._max_entries or led.state is not _OPEN:
             led = self._rollover()
         seg = led.segment
         assert seg is not None
@@ -323,13 +337,13 @@ class ManagedLedger:
             assert seg is not None
         crc = crc32c(data) if checksum is None else checksum
         entry_id = led.entries
-        fut = self._journal.submit(seg, data, crc)
+        self._journal.submit_callback(seg, data, crc, done)
         led.entries = entry_id + 1
         self._pending += 1
-        pos = Position(led.ledger_id, entry_id)
+        pos = _new_position(Position, (led.ledger_id, entry_id))
         self._last_position = pos
         self._cache.insert(led.cache, led.ledger_id, entry_id, data, crc)
-        return pos, fut
+        return pos
 
     def _seal_current(self) -> None:
         """Close the current ledger (once its appends are durable) without starting another:

@@ -284,3 +284,36 @@ def test_close_drains_queued_appends(tmp_path: Path) -> None:
         seg.close()
 
     run(main)
+
+
+def test_callbacks_run_in_order_after_the_sync_and_one_raising_stops_none(
+    tmp_path: Path, syncs: SyncCounter
+) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        journal = Journal(loop, sync_data=True)
+        journal.start()
+        seg = Segment.create(tmp_path, 1)
+        seen: list[tuple[int, int, BaseException | None]] = []
+        done = loop.create_future()
+
+        def callback(i: int) -> Callable[[BaseException | None], None]:
+            def call(exc: BaseException | None) -> None:
+                seen.append((i, syncs.calls, exc))
+                if i == 3:
+                    raise RuntimeError("a bug in one owner")
+                if i == 9:
+                    done.set_result(None)
+
+            return call
+
+        for i in range(10):
+            journal.submit_callback(seg, b"e%d" % i, crc32c(b"e%d" % i), callback(i))
+        await asyncio.wait_for(done, 5)
+        await journal.close()
+        assert [i for i, _, _ in seen] == list(range(10))
+        # Every callback ran after at least one sync, and none was told of a failure.
+        assert all(calls >= 1 and exc is None for _, calls, exc in seen)
+        assert seg.durable == 10
+
+    run(main)
