@@ -21,7 +21,7 @@ from keyshared.protocol.metadata import (
 )
 
 
-def _reference(section: bytes) -> tuple[int, bytes, int, int, int] | str:
+def _reference(section: bytes) -> tuple[int, bytes, int, int, int, int] | str:
     try:
         md, _ = split_payload(section)
     except MalformedFrame as exc:
@@ -32,10 +32,11 @@ def _reference(section: bytes) -> tuple[int, bytes, int, int, int] | str:
         md.publish_time,
         md.deliver_at_time if md.HasField("deliver_at_time") else 0,
         md.event_time,
+        md.marker_type,
     )
 
 
-def _fast(section: bytes) -> tuple[int, bytes, int, int, int] | str:
+def _fast(section: bytes) -> tuple[int, bytes, int, int, int, int] | str:
     try:
         return broker_fields(section)
     except MalformedFrame as exc:
@@ -66,6 +67,8 @@ def metadata(draw: st.DrawFn) -> pb.MessageMetadata:
         md.deliver_at_time = draw(st.integers(-(2**63), 2**63 - 1))
     if draw(st.booleans()):
         md.event_time = draw(_u64)
+    if draw(st.integers(0, 3)) == 0:
+        md.marker_type = draw(st.integers(0, 2**31 - 1))
     for _ in range(draw(st.integers(0, 2))):
         kv = md.properties.add()
         if draw(st.integers(0, 4)):
