@@ -12,6 +12,7 @@ from typing import Any
 from keyshared.broker import backlog_quota, inactive_topics, limits
 from keyshared.broker.clusters import ClusterRegistry
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
+from keyshared.broker.entry_meta import EntryMetaCache
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import (
     NON_PERSISTENT,
@@ -50,6 +51,9 @@ class BrokerService:
         self.storage = storage
         self.scheduler: Scheduler = scheduler or LoopScheduler()
         self.topics: dict[str, PersistentTopic] = {}
+        # Parsed entry metadata, one bounded cache for every topic (positions are unique in a
+        # storage: ledger ids are never reused).
+        self.entry_meta_cache = EntryMetaCache()
         # Non-persistent topics live apart: nothing of them is stored or swept periodically.
         self.nonpersistent = NonPersistentTopics(self)
         self.policies = PolicyService(storage.metadata, config)
