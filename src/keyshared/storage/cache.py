@@ -100,7 +100,7 @@ class EntryCache:
             lid, eid = key >> _SHIFT, key & _MASK
             bucket = buckets.get(lid)
             cached = bucket.pop(eid, None) if bucket is not None else None
-            if cached is None:
+            if cached is None or bucket is None:
                 self._stale -= 1
                 continue
             self._size -= len(cached[0]) + ENTRY_OVERHEAD
