@@ -27,6 +27,7 @@ from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
 from keyshared.config import BrokerConfig
+from keyshared.storage.cursor import CursorPersister
 from keyshared.storage.store import Storage
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class BrokerService:
         # Parsed entry metadata, one bounded cache for every topic (positions are unique in a
         # storage: ledger ids are never reused).
         self.entry_meta_cache = EntryMetaCache()
+        self._cursor_persister: CursorPersister | None = None
         # Non-persistent topics live apart: nothing of them is stored or swept periodically.
         self.nonpersistent = NonPersistentTopics(self)
         self.policies = PolicyService(storage.metadata, config)
@@ -66,6 +68,13 @@ class BrokerService:
         self.broker_gauges: list[Callable[[], list[tuple[str, float, str]]]] = []
         if default_namespace:
             self.create_default_namespace()
+
+    @property
+    def cursor_persister(self) -> CursorPersister:
+        """Cursor state saved by acks: one transaction for all cursors per turn of the loop."""
+        if self._cursor_persister is None:
+            self._cursor_persister = CursorPersister(self.storage.metadata)
+        return self._cursor_persister
 
     def _policies_changed(self) -> None:
         # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).

@@ -186,6 +186,7 @@ class PersistentTopic:
             durable=durable,
             initial_position=initial,
             config=self.cursor_config,
+            persister=self.service.cursor_persister,
         )
 
     def _add_subscription(self, name: str, cursor: ManagedCursor, *, durable: bool) -> Subscription:
