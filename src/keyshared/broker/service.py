@@ -32,6 +32,9 @@ from keyshared.storage.store import Storage
 
 log = logging.getLogger(__name__)
 
+# The periodic pass over the topics yields to the loop after this much work.
+_PERIODIC_SLICE_SECONDS = 0.01
+
 PARTITIONS_PREFIX = "partitioned-topics/"
 TENANTS_PREFIX = "tenants/"
 TOPICS_PREFIX = "topics/"
@@ -337,7 +340,16 @@ class BrokerService:
             check_dedup = time.monotonic() >= next_dedup
             if check_dedup:
                 next_dedup = time.monotonic() + dedup_every
+            # A pass over 10,000 topics takes a few hundred ms of loop time (more when the
+            # compaction thresholds are checked, once a minute): it yields every slice, so that
+            # it is not one stall that every client's latency sees.
+            deadline = time.monotonic() + _PERIODIC_SLICE_SECONDS
             for topic in list(self.topics.values()):
+                if time.monotonic() >= deadline:
+                    await asyncio.sleep(0)
+                    deadline = time.monotonic() + _PERIODIC_SLICE_SECONDS
+                if topic.closed:
+                    continue
                 try:
                     topic.flush_cursors()
                     topic.compactor.check_threshold()
