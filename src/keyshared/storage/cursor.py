@@ -240,7 +240,7 @@ class CursorPersister:
     instead of saving at once, and every cursor scheduled in one turn of the loop is saved in one
     transaction (one sync) at the end of it. With 10,000 subscriptions acking now and then, each
     ack that moved a mark-delete position was a synced SQLite write of its own on the loop: a
-    third of the loop's time at 1,000 slow topics. A cursor saved this way is saved in the same
+    quarter of the loop's busy time at 1,000 slow topics. A cursor saved this way is saved in the same
     turn of the loop as before, only later in it, so a crash finds the same state."""
 
     def __init__(self, kv: KeyValue) -> None:
