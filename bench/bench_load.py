@@ -61,7 +61,8 @@ NS = "persistent://public/default"
 
 def raise_fd_limit() -> int:
     """The fd limit raised for this process and the broker it starts: to 65536 where allowed
-    (root may raise the hard limit), else the soft limit up to the hard one; returns it."""
+    (raising the hard limit takes CAP_SYS_RESOURCE, which root in a container may not have:
+    here it does not), else the soft limit up to the hard one; returns it."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = max(hard, 65536)
     try:
@@ -604,7 +605,11 @@ def one_run(args: argparse.Namespace, *, misbehave: bool, seconds: float) -> dic
     broker.start(timeout=60)
     assert broker.proc is not None
     pid = broker.proc.pid
-    result: dict[str, Any] = {"misbehaving": misbehave, "conf": conf}
+    result: dict[str, Any] = {
+        "misbehaving": misbehave,
+        "conf": conf,
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
     sampler: Sampler | None = None
     load: subprocess.Popen[str] | None = None
     bad: subprocess.Popen[str] | None = None
@@ -723,6 +728,7 @@ def one_run(args: argparse.Namespace, *, misbehave: bool, seconds: float) -> dic
                 "keyshared_keepalive_timeouts_total",
             ),
         }
+        result["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         load.stdin.write("stop\n")
         load.stdin.flush()
         done = json.loads(load.stdout.readline())

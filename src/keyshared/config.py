@@ -111,6 +111,9 @@ class BrokerConfig:
     managedLedgerMaxEntriesPerLedger: int = 50000
     managedLedgerMaxSizePerLedgerMbytes: int = 2048
     managedLedgerCacheSizeMB: int = 256
+    # Ours: open ledgers (one per loaded topic) whose files stay open; the least recently used
+    # idle ones beyond it are closed until next used. 0: an eighth of the open-files limit.
+    managedLedgerMaxOpenWritableLedgers: int = 0
     managedLedgerMaxUnackedRangesToPersist: int = 10000
     managedLedgerMaxUnackedRangesToPersistInMetadataStore: int = 1000
     managedLedgerMaxBatchDeletedIndexToPersist: int = 10000

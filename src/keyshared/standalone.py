@@ -84,6 +84,7 @@ class Standalone:
                 max_entries_per_ledger=cfg.managedLedgerMaxEntriesPerLedger,
                 max_size_per_ledger_mb=cfg.managedLedgerMaxSizePerLedgerMbytes,
                 cache_size_bytes=cfg.managedLedgerCacheSizeMB * 1024 * 1024,
+                max_open_writable_segments=cfg.managedLedgerMaxOpenWritableLedgers,
                 disk=disk_thresholds(cfg),
             ),
         )

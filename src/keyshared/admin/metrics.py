@@ -16,6 +16,8 @@ recorded on the hot path for metrics.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,6 +41,9 @@ from keyshared.broker.topic import PersistentTopic
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 Labels = dict[str, str]
+
+# A scrape builds its families on the loop in slices of about this long, yielding in between.
+_SLICE_SECONDS = 0.01
 
 # Topic series: (metric name, TopicStats field or a function of the stats, help).
 _TOPIC_GAUGES: tuple[tuple[str, str, str], ...] = (
@@ -254,83 +259,120 @@ def _add_dispatch_throttling(fam: _Families, sub: dict[str, Any], labels: Labels
 
 
 class BrokerCollector(Collector):
-    """Collects Pulsar's topic, subscription (and optionally consumer and producer) metrics."""
+    """Collects Pulsar's topic, subscription (and optionally consumer and producer) metrics.
+
+    ``collect`` builds every family at once; the route uses ``collect_async``, which builds them
+    on the loop a slice at a time (yielding between slices, so that a scrape of 10,000 topics is
+    not one stall of seconds that every client sees), and formats the text off the loop.
+    """
 
     def __init__(self, service: BrokerService) -> None:
         self.service = service
 
+    def _loaded(self) -> list[PersistentTopic | NonPersistentTopic]:
+        service = self.service
+        return [*service.topics.values(), *service.nonpersistent.topics.values()]
+
     def collect(self) -> Iterator[Metric]:
         """The families of every loaded topic, built from its stats now."""
-        cfg = self.service.config
-        cluster = cfg.clusterName
-        consumers_on = cfg.exposeConsumerLevelMetricsInPrometheus
-        producers_on = cfg.exposeProducerLevelMetricsInPrometheus
-        fam = _Families()
-        topics_per_ns: dict[str, int] = {}
-        evictions: dict[str, int] = {}
-        service = self.service
-        loaded: list[PersistentTopic | NonPersistentTopic] = [
-            *service.topics.values(),
-            *service.nonpersistent.topics.values(),
-        ]
-        for topic in loaded:
-            if topic.closed:
-                continue
-            ns = topic.name.namespace_name
-            topics_per_ns[ns] = topics_per_ns.get(ns, 0) + 1
-            labels = {"cluster": cluster, "namespace": ns, "topic": topic.name.full}
-            stats = topic.stats()
-            subs: dict[str, Any] = stats["subscriptions"]
-            fam.add("pulsar_subscriptions_count", labels, len(subs), "Subscriptions of the topic")
-            fam.add("pulsar_producers_count", labels, len(stats["publishers"]), "Producers")
+        scrape = _Scrape(self.service)
+        for topic in self._loaded():
+            scrape.add_topic(topic)
+        yield from scrape.finish()
+
+    async def collect_async(self, slice_seconds: float = _SLICE_SECONDS) -> list[Metric]:
+        """As ``collect``, yielding to the loop every ``slice_seconds`` of work. A topic closed
+        or unloaded while the scrape waits is skipped."""
+        scrape = _Scrape(self.service)
+        deadline = time.monotonic() + slice_seconds
+        for topic in self._loaded():
+            scrape.add_topic(topic)
+            if time.monotonic() >= deadline:
+                await asyncio.sleep(0)
+                deadline = time.monotonic() + slice_seconds
+        return list(scrape.finish())
+
+
+class _Scrape:
+    """One scrape's families, built topic by topic."""
+
+    def __init__(self, service: BrokerService) -> None:
+        cfg = service.config
+        self.service = service
+        self.cluster = cfg.clusterName
+        self.consumers_on = cfg.exposeConsumerLevelMetricsInPrometheus
+        self.producers_on = cfg.exposeProducerLevelMetricsInPrometheus
+        self.fam = _Families()
+        self.topics_per_ns: dict[str, int] = {}
+        self.evictions: dict[str, int] = {}
+
+    def add_topic(self, topic: PersistentTopic | NonPersistentTopic) -> None:
+        """The series of one topic."""
+        if topic.closed:
+            return
+        fam, cluster = self.fam, self.cluster
+        consumers_on, producers_on = self.consumers_on, self.producers_on
+        topics_per_ns, evictions = self.topics_per_ns, self.evictions
+        ns = topic.name.namespace_name
+        topics_per_ns[ns] = topics_per_ns.get(ns, 0) + 1
+        labels = {"cluster": cluster, "namespace": ns, "topic": topic.name.full}
+        stats = topic.stats()
+        subs: dict[str, Any] = stats["subscriptions"]
+        fam.add("pulsar_subscriptions_count", labels, len(subs), "Subscriptions of the topic")
+        fam.add("pulsar_producers_count", labels, len(stats["publishers"]), "Producers")
+        fam.add(
+            "pulsar_consumers_count",
+            labels,
+            sum(len(s["consumers"]) for s in subs.values()),
+            "Consumers of all subscriptions",
+        )
+        fam.add_all(_TOPIC_GAUGES, stats, labels)
+        if isinstance(topic, PersistentTopic):
+            for quota_type, n in topic.backlog_quota.evictions.items():
+                kind = METRIC_QUOTA_TYPE[quota_type]
+                fam.add(_EVICTIONS, labels | {"quota_type": kind}, n, _EVICTIONS_DOC)
+                evictions[kind] = evictions.get(kind, 0) + n
+        fam.add(
+            "pulsar_msg_backlog",
+            labels,
+            sum(s["msgBacklog"] for s in subs.values()),
+            "Messages in the backlogs of all subscriptions",
+        )
+        for remote, rep in stats["replication"].items():
+            fam.add_all(_REPLICATION_GAUGES, rep, labels | {"remote_cluster": remote})
+        if producers_on:
+            for p in stats["publishers"]:
+                p_labels = labels | {
+                    "producer_name": p["producerName"],
+                    "producer_id": str(p["producerId"]),
+                }
+                fam.add_all(_PRODUCER_GAUGES, p, p_labels)
+        for sub_name, sub in subs.items():
+            s_labels = labels | {"subscription": sub_name}
+            fam.add_all(_SUBSCRIPTION_GAUGES, sub, s_labels)
             fam.add(
-                "pulsar_consumers_count",
-                labels,
-                sum(len(s["consumers"]) for s in subs.values()),
-                "Consumers of all subscriptions",
+                "pulsar_subscription_consumers_count",
+                s_labels,
+                len(sub["consumers"]),
+                "Consumers of the subscription",
             )
-            fam.add_all(_TOPIC_GAUGES, stats, labels)
-            if isinstance(topic, PersistentTopic):
-                for quota_type, n in topic.backlog_quota.evictions.items():
-                    kind = METRIC_QUOTA_TYPE[quota_type]
-                    fam.add(_EVICTIONS, labels | {"quota_type": kind}, n, _EVICTIONS_DOC)
-                    evictions[kind] = evictions.get(kind, 0) + n
-            fam.add(
-                "pulsar_msg_backlog",
-                labels,
-                sum(s["msgBacklog"] for s in subs.values()),
-                "Messages in the backlogs of all subscriptions",
-            )
-            for remote, rep in stats["replication"].items():
-                fam.add_all(_REPLICATION_GAUGES, rep, labels | {"remote_cluster": remote})
-            if producers_on:
-                for p in stats["publishers"]:
-                    p_labels = labels | {
-                        "producer_name": p["producerName"],
-                        "producer_id": str(p["producerId"]),
+            if sub.get("type") == "Key_Shared":
+                fam.add_all(_DRAINING_GAUGES, sub, s_labels)
+            _add_dispatch_throttling(fam, sub, s_labels)
+            if consumers_on:
+                for c, consumer in zip(
+                    topic.subscriptions[sub_name].consumers, sub["consumers"], strict=False
+                ):
+                    c_labels = s_labels | {
+                        "consumer_name": consumer["consumerName"],
+                        "consumer_id": str(c.consumer_id),
                     }
-                    fam.add_all(_PRODUCER_GAUGES, p, p_labels)
-            for sub_name, sub in subs.items():
-                s_labels = labels | {"subscription": sub_name}
-                fam.add_all(_SUBSCRIPTION_GAUGES, sub, s_labels)
-                fam.add(
-                    "pulsar_subscription_consumers_count",
-                    s_labels,
-                    len(sub["consumers"]),
-                    "Consumers of the subscription",
-                )
-                if sub.get("type") == "Key_Shared":
-                    fam.add_all(_DRAINING_GAUGES, sub, s_labels)
-                _add_dispatch_throttling(fam, sub, s_labels)
-                if consumers_on:
-                    for c, consumer in zip(
-                        topic.subscriptions[sub_name].consumers, sub["consumers"], strict=False
-                    ):
-                        c_labels = s_labels | {
-                            "consumer_name": consumer["consumerName"],
-                            "consumer_id": str(c.consumer_id),
-                        }
-                        fam.add_all(_CONSUMER_GAUGES, consumer, c_labels)
+                    fam.add_all(_CONSUMER_GAUGES, consumer, c_labels)
+
+    def finish(self) -> Iterator[Metric]:
+        """The broker-wide series, then every family."""
+        fam, cluster, service, evictions = self.fam, self.cluster, self.service, self.evictions
+        topics_per_ns = self.topics_per_ns
         base = {"cluster": cluster}
         disk = service.storage.disk
         fam.add(
@@ -370,13 +412,35 @@ def metrics_registry(service: BrokerService) -> CollectorRegistry:
     return registry
 
 
+class _Built(Collector):
+    """Families already built (on the loop), for formatting in a thread."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+def _format(families: list[Metric]) -> bytes:
+    """The Prometheus text of ``families`` and the process, platform and GC collectors."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Built(families))
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        registry.register(collector)
+    return generate_latest(registry)
+
+
 def add_metrics_route(app: FastAPI, service: BrokerService) -> None:
     """Serve ``GET /metrics`` (and ``/metrics/``, as Pulsar does) from ``app``."""
-    registry = metrics_registry(service)
+    collector = BrokerCollector(service)
 
-    # async: stats must be read on the broker's event loop, never from a worker thread.
+    # async: stats must be read on the broker's event loop, never from a worker thread; they
+    # are read a slice at a time, and the text is formatted in a thread.
     async def metrics() -> Response:
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE)
+        families = await collector.collect_async()
+        text = await asyncio.get_running_loop().run_in_executor(None, _format, families)
+        return Response(text, media_type=CONTENT_TYPE)
 
     for path in ("/metrics", "/metrics/"):
         app.add_api_route(path, metrics, methods=["GET"], include_in_schema=False)

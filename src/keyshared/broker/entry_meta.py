@@ -10,8 +10,13 @@ from keyshared.protocol.metadata import broker_fields
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
-# Enough to cover every entry in flight in dispatch on a busy broker without growing unbounded.
-_CACHE_LIMIT = 200_000
+# Entries whose metadata is kept, for the whole broker (one cache is shared by every topic: ledger
+# ids are unique in a storage, so positions never collide). A miss only costs a parse (a few
+# microseconds), and what dispatch asks for is mostly what was just published. Each entry costs
+# about 250 bytes (key and value tuples, their ints, the dict slot): 100,000 are about 25 MB. The
+# limit was 200,000 *per topic*: a topic's cache grew to 50 MB even when every entry in it was
+# long acked, and the soak's six busy topics held 1.2 million (about 300 MB).
+CACHE_LIMIT = 100_000
 
 
 _new_meta = tuple.__new__
@@ -43,25 +48,30 @@ def parse_entry_meta(data: bytes) -> EntryMeta:
 
 
 class EntryMetaCache:
-    """Per-topic cache of parsed metadata, filled on publish and on first dispatch.
+    """Cache of parsed metadata, filled on publish and on first dispatch; the broker shares one
+    between all its topics (``BrokerService.entry_meta_cache``), bounded at ``limit`` entries.
 
     Keys and values are kept as plain tuples of ints, which the cyclic garbage collector stops
     tracking (instances of ``Position`` and ``EntryMeta``, tuple subclasses, stay tracked and
     made every full collection walk the whole cache); ``get`` wraps the value again.
     """
 
-    __slots__ = ("_cache",)
+    __slots__ = ("_cache", "_limit")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = CACHE_LIMIT) -> None:
         self._cache: dict[tuple[int, int], tuple[int, int, int, int, int, int]] = {}
+        self._limit = max(1, limit)
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
     def put(self, position: Position, meta: EntryMeta) -> None:
         """Remember ``meta`` for ``position``, dropping the oldest entries past the limit."""
         cache = self._cache
         cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4], meta[5])
-        if len(cache) > _CACHE_LIMIT:
+        if len(cache) > self._limit:
             # dicts keep insertion order: drop the oldest tenth in one pass.
-            for key in list(cache)[: _CACHE_LIMIT // 10]:
+            for key in list(cache)[: max(1, self._limit // 10)]:
                 del cache[key]
 
     def get(self, position: Position, data: bytes) -> EntryMeta:
@@ -105,5 +115,5 @@ class EntryMetaCache:
         return cached[2] if cached is not None else None
 
     def clear(self) -> None:
-        """Forget everything (topic deleted)."""
+        """Forget everything."""
         self._cache.clear()

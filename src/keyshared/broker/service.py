@@ -12,6 +12,7 @@ from typing import Any
 from keyshared.broker import backlog_quota, inactive_topics, limits
 from keyshared.broker.clusters import ClusterRegistry
 from keyshared.broker.dispatch.base import LoopScheduler, Scheduler
+from keyshared.broker.entry_meta import EntryMetaCache
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.nonpersistent_topic import (
     NON_PERSISTENT,
@@ -27,9 +28,13 @@ from keyshared.broker.schema import SchemaRegistry
 from keyshared.broker.topic import PersistentTopic, topic_epoch_key
 from keyshared.broker.topic_name import InvalidTopicName, TopicName, check_partition_index
 from keyshared.config import BrokerConfig
+from keyshared.storage.cursor import CursorPersister
 from keyshared.storage.store import Storage
 
 log = logging.getLogger(__name__)
+
+# The periodic pass over the topics yields to the loop after this much work.
+_PERIODIC_SLICE_SECONDS = 0.01
 
 PARTITIONS_PREFIX = "partitioned-topics/"
 TENANTS_PREFIX = "tenants/"
@@ -51,6 +56,10 @@ class BrokerService:
         self.storage = storage
         self.scheduler: Scheduler = scheduler or LoopScheduler()
         self.topics: dict[str, PersistentTopic] = {}
+        # Parsed entry metadata, one bounded cache for every topic (positions are unique in a
+        # storage: ledger ids are never reused).
+        self.entry_meta_cache = EntryMetaCache()
+        self._cursor_persister: CursorPersister | None = None
         # Non-persistent topics live apart: nothing of them is stored or swept periodically.
         self.nonpersistent = NonPersistentTopics(self)
         self.policies = PolicyService(storage.metadata, config)
@@ -64,6 +73,13 @@ class BrokerService:
         self.broker_gauges.append(lambda: snapshot_gauges(self.topics.values()))
         if default_namespace:
             self.create_default_namespace()
+
+    @property
+    def cursor_persister(self) -> CursorPersister:
+        """Cursor state saved by acks: one transaction for all cursors per turn of the loop."""
+        if self._cursor_persister is None:
+            self._cursor_persister = CursorPersister(self.storage.metadata)
+        return self._cursor_persister
 
     def _policies_changed(self) -> None:
         # A changed policy reaches every loaded topic at once (dedup switched, pauses lifted).
@@ -326,7 +342,16 @@ class BrokerService:
             check_dedup = time.monotonic() >= next_dedup
             if check_dedup:
                 next_dedup = time.monotonic() + dedup_every
+            # A pass over 10,000 topics takes a few hundred ms of loop time (more when the
+            # compaction thresholds are checked, once a minute): it yields every slice, so that
+            # it is not one stall that every client's latency sees.
+            deadline = time.monotonic() + _PERIODIC_SLICE_SECONDS
             for topic in list(self.topics.values()):
+                if time.monotonic() >= deadline:
+                    await asyncio.sleep(0)
+                    deadline = time.monotonic() + _PERIODIC_SLICE_SECONDS
+                if topic.closed:
+                    continue
                 try:
                     topic.flush_cursors()
                     topic.compactor.check_threshold()

@@ -141,7 +141,8 @@ class PersistentTopic:
             on_removed=self._producer_name_removed,
         )
         self.subscriptions: dict[str, Subscription] = {}
-        self.meta_cache = EntryMetaCache()
+        # Shared by the broker's topics, bounded for the whole broker (see EntryMetaCache).
+        self.meta_cache: EntryMetaCache = service.entry_meta_cache
         self.msg_in_counter = 0
         self.rates_in = RateMeter()
         self.bytes_in_counter = 0
@@ -190,6 +191,7 @@ class PersistentTopic:
             durable=durable,
             initial_position=initial,
             config=self.cursor_config,
+            persister=self.service.cursor_persister,
         )
 
     def _add_subscription(self, name: str, cursor: ManagedCursor, *, durable: bool) -> Subscription:

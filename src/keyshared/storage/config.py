@@ -29,6 +29,11 @@ class StorageConfig:
     # Ours: closed ledgers' files kept open for reads, least recently used closed first. Each
     # keeps a file descriptor and its offset array (8 bytes per entry: 400 KB for 50000).
     max_open_segments: int = 256
+    # Ours (managedLedgerMaxOpenWritableLedgers): open ledgers (one per loaded topic) whose two
+    # files (data and index) stay open; the least recently used idle ones beyond this have
+    # them closed until their next append or read. 0: an eighth of the open-files limit
+    # (2,500 under 20,000), so that files and connections share the limit.
+    max_open_writable_segments: int = 0
     # BookKeeper's diskUsageThreshold, diskUsageWarnThreshold, diskUsageLwmThreshold and
     # diskCheckInterval: when the data directory is too full to take new entries.
     disk: DiskThresholds = field(default_factory=DiskThresholds)

@@ -43,7 +43,13 @@ from keyshared.storage.errors import DiskFullError, StorageError, is_disk_full
 from keyshared.storage.journal import Done, Journal, resolve_future
 from keyshared.storage.metadata import MetadataStore
 from keyshared.storage.position import Position
-from keyshared.storage.segment import Segment, SegmentPool, data_path, index_path
+from keyshared.storage.segment import (
+    Segment,
+    SegmentPool,
+    WritableSegments,
+    data_path,
+    index_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,8 @@ class LedgerContext:
     journal: Journal
     cache: EntryCache
     segments: SegmentPool
+    # The open ledgers' segments, at most so many holding their files open.
+    writable: WritableSegments
     read_executor: Executor
     # Whether the data directory takes new entries (BookKeeper's disk thresholds).
     disk: DiskMonitor
@@ -226,6 +234,7 @@ class ManagedLedger:
         seg.on_failed = lambda err, n: self._on_failed(led, err, n)
         led.segment = seg
         self._current = led
+        self._ctx.writable.use(seg)
         return led
 
     def _compute_lac(self) -> Position:
@@ -335,6 +344,8 @@ class ManagedLedger:
             led = self._rollover()
             seg = led.segment
             assert seg is not None
+        if seg.parked or len(self._ctx.writable) >= self._ctx.writable.max_open:
+            self._use(seg)
         crc = crc32c(data) if checksum is None else checksum
         entry_id = led.entries
         self._journal.submit_callback(seg, data, crc, done)
@@ -375,10 +386,12 @@ class ManagedLedger:
         led.segment = None
         if seg is None:
             return
+        self._ctx.writable.discard(seg)
         seg.on_durable = None
         seg.on_failed = None
         seg.close_index()
-        if led.entries == 0 or seg.failed is not None:
+        if led.entries == 0 or seg.failed is not None or seg.parked:
+            # A parked one is reopened (from its synced index) when read, like any other.
             # Its file may hold unconfirmed records: reopen (and truncate) it when read.
             seg.close()
         else:
@@ -538,8 +551,16 @@ class ManagedLedger:
         entries = await self._read_disk(self._segment_for(led), pos.entry_id, pos.entry_id + 1)
         return entries[0] if entries else None
 
+    def _use(self, seg: Segment) -> None:
+        """Mark the writable ``seg`` used, reopening its files if they were parked."""
+        try:
+            self._ctx.writable.use(seg)
+        except OSError as exc:
+            raise StorageError(f"cannot reopen ledger {seg.ledger_id}: {exc}") from exc
+
     def _segment_for(self, led: _Ledger) -> Segment:
         if led.segment is not None:
+            self._use(led.segment)
             return led.segment
         pool = self._ctx.segments
         seg = pool.get(led.ledger_id)
@@ -699,6 +720,8 @@ class ManagedLedger:
         """Drop a ledger's cache, close and remove its files."""
         led.state = _State.DELETED
         self._cache.drop(led.cache, led.ledger_id)
+        if led.segment is not None:
+            self._ctx.writable.discard(led.segment)
         seg = led.segment or self._ctx.segments.discard(led.ledger_id)
         led.segment = None
         if seg is not None:
@@ -755,6 +778,8 @@ class ManagedLedger:
         pool = self._ctx.segments
         for led in self._ledgers:
             self._cache.drop(led.cache, led.ledger_id)
+            if led.segment is not None:
+                self._ctx.writable.discard(led.segment)
             seg = led.segment or pool.discard(led.ledger_id)
             led.segment = None
             if seg is not None:

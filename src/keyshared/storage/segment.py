@@ -76,6 +76,7 @@ class Segment:
 
     __slots__ = (
         "_closing",
+        "_index_writable",
         "directory",
         "durable",
         "end",
@@ -87,6 +88,7 @@ class Segment:
         "offsets",
         "on_durable",
         "on_failed",
+        "parked",
         "users",
     )
 
@@ -114,6 +116,10 @@ class Segment:
         self.needs_dir_sync = index_fd >= 0
         self.users = 0
         self._closing = False
+        # A writable segment whose files are closed while it is idle (``park``), to bound open
+        # files; reopened on its next use (``unpark``). See WritableSegments.
+        self.parked = False
+        self._index_writable = False
         # Called on the loop once per group commit with (durable count, entries just completed).
         self.on_durable: DurableCallback | None = None
         # Called on the loop when writes failed, with (error, number of entries that failed).
@@ -293,8 +299,40 @@ class Segment:
 
     # --- closing ---------------------------------------------------------------------------
 
+    def park(self) -> bool:
+        """Close the files of an idle segment (no write or read in flight), keeping everything
+        else; ``unpark`` reopens them. Only idle: the journal thread and the read threads touch
+        the fds only while ``users`` > 0, and a write is synced (under the sync policy) before
+        its ``users`` is released, so nothing is left for a later fd's sync to cover."""
+        if self.parked or self._closing or self.users > 0 or self.fd < 0:
+            return False
+        self._index_writable = self.index_fd >= 0
+        with contextlib.suppress(OSError):
+            if self.index_fd >= 0:
+                os.close(self.index_fd)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.index_fd = self.fd = -1
+        self.parked = True
+        return True
+
+    def unpark(self) -> None:
+        """Reopen the files of a parked segment (OSError when it cannot)."""
+        if not self.parked:
+            return
+        fd = os.open(data_path(self.directory, self.ledger_id), os.O_RDWR)
+        if self._index_writable:
+            try:
+                self.index_fd = os.open(self.index_path(), os.O_WRONLY | os.O_APPEND)
+            except OSError:
+                os.close(fd)
+                raise
+        self.fd = fd
+        self.parked = False
+
     def close_index(self) -> None:
         """Stop writing: close the index file (the data file stays open for reads)."""
+        self._index_writable = False
         if self.index_fd >= 0:
             os.close(self.index_fd)
             self.index_fd = -1
@@ -322,6 +360,7 @@ class Segment:
         return self._closing
 
     def _close_now(self) -> None:
+        self.parked = False
         self.close_index()
         if self.fd >= 0:
             os.close(self.fd)
@@ -359,6 +398,66 @@ class SegmentPool:
         for seg in self._open.values():
             seg.close()
         self._open.clear()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+
+class WritableSegments:
+    """The segments being written (one per open ledger), with at most ``max_open`` of them
+    holding their files open: the least recently used idle ones are parked (files closed) and
+    reopened on their next append or read. 10,000 topics would otherwise hold 20,000 files open
+    however idle they are. Loop only."""
+
+    def __init__(self, max_open: int) -> None:
+        self._max = max(1, max_open)
+        # Segments with open files, least recently used first.
+        self._open: OrderedDict[int, Segment] = OrderedDict()
+        self.parks = 0
+        self.unparks = 0
+
+    @property
+    def max_open(self) -> int:
+        """How many writable segments may hold their files open."""
+        return self._max
+
+    def use(self, seg: Segment) -> None:
+        """``seg`` is about to be written or read: reopen it if parked (OSError if it cannot),
+        mark it recently used, and park the least recently used idle ones beyond the limit."""
+        key = seg.ledger_id
+        if seg.parked:
+            seg.unpark()
+            self.unparks += 1
+            self._open[key] = seg
+        elif key in self._open:
+            self._open.move_to_end(key)
+        else:
+            self._open[key] = seg
+        if len(self._open) > self._max:
+            self._shrink(seg)
+
+    def _shrink(self, keep: Segment) -> None:
+        opened = self._open
+        # Busy segments (writes or reads in flight) are passed over, at most once each.
+        for _ in range(len(opened)):
+            if len(opened) <= self._max:
+                return
+            key, seg = next(iter(opened.items()))
+            if seg is keep:
+                opened.move_to_end(key)
+                continue
+            if seg.closed or seg.fd < 0:
+                del opened[key]
+            elif seg.park():
+                del opened[key]
+                self.parks += 1
+            else:
+                opened.move_to_end(key)
+
+    def discard(self, seg: Segment) -> None:
+        """``seg`` is no longer written (closed, sealed into the read pool, or deleted)."""
+        if self._open.get(seg.ledger_id) is seg:
+            del self._open[seg.ledger_id]
 
     def __len__(self) -> int:
         return len(self._open)

@@ -36,7 +36,7 @@ from keyshared.storage.ledger import (
     delete_stored,
 )
 from keyshared.storage.metadata import MetadataStore
-from keyshared.storage.segment import SegmentPool
+from keyshared.storage.segment import SegmentPool, WritableSegments
 
 __all__ = ["Storage", "StorageConfig"]
 
@@ -113,6 +113,9 @@ class Storage:
             journal=self._journal,
             cache=EntryCache(self._config.cache_size_bytes),
             segments=SegmentPool(self._config.max_open_segments),
+            writable=WritableSegments(
+                self._config.max_open_writable_segments or _default_max_open_writable()
+            ),
             read_executor=self._executor,
             disk=self._disk,
             allocate_ledger_id=self._allocate_ledger_id,
@@ -272,6 +275,17 @@ def _lock_directory(directory: Path) -> int:
         os.close(fd)
         raise StorageError(f"{directory} is in use by another process") from None
     return fd
+
+
+def _default_max_open_writable() -> int:
+    """An eighth of the open-files limit: each open ledger holds two files."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ValueError, OSError):
+        return 128
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft // 8)
 
 
 def _raise_open_files_limit() -> None:

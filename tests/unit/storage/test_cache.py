@@ -4,6 +4,7 @@ nothing per entry left for the cyclic garbage collector to walk."""
 from __future__ import annotations
 
 import gc
+import sys
 
 from keyshared.storage.cache import ENTRY_OVERHEAD, Bucket, EntryCache
 
@@ -55,3 +56,23 @@ def test_cached_entries_are_not_tracked_by_the_collector() -> None:
     _fill(cache, buckets, [(7, e) for e in range(100)])
     gc.collect()
     assert not any(gc.is_tracked(v) for v in buckets[7].values())
+
+
+def test_an_evicted_ledger_bucket_frees_its_table() -> None:
+    """A dict does not shrink as entries are deleted: a ledger's bucket emptied by eviction
+    kept a table sized for all its entries (2.6 MB for 50,000) as long as the ledger existed,
+    about 50 bytes for every message ever stored."""
+    cache = EntryCache(200 * (10 + ENTRY_OVERHEAD))
+    old: dict[int, tuple[bytes, int]] = {}
+    for i in range(5000):
+        cache.insert(old, 1, i, b"x" * 10, 0)
+    new: dict[int, tuple[bytes, int]] = {}
+    for i in range(5000):
+        cache.insert(new, 2, i, b"y" * 10, 0)
+    assert not old
+    assert sys.getsizeof(old) == sys.getsizeof({})
+    dropped: dict[int, tuple[bytes, int]] = {}
+    for i in range(100):
+        cache.insert(dropped, 3, i, b"z" * 10, 0)
+    cache.drop(dropped, 3)
+    assert sys.getsizeof(dropped) == sys.getsizeof({})

@@ -15,6 +15,7 @@ from keyshared.storage.cursor_codec import (
     decode_snapshot,
     encode_snapshot,
 )
+from keyshared.storage.errors import StorageError
 from keyshared.storage.memory import InMemoryLedger, MemoryCursorStore
 from keyshared.storage.metadata import MetadataStore
 from keyshared.storage.position import EARLIEST, LATEST, Position
@@ -262,3 +263,67 @@ def test_persist_size_and_time_for_many_holes() -> None:
     assert elapsed < 0.5
     restored = ManagedCursor("sub", ledger, store, initial_position=LATEST)
     assert restored.individually_deleted == c.individually_deleted
+
+
+def test_persister_saves_the_cursors_of_one_loop_turn_in_one_transaction() -> None:
+    """Acks that move mark-delete positions are saved at the end of the loop's turn, all the
+    cursors of that turn in one transaction; a cursor deleted or closed meanwhile is not
+    written again; a failing store leaves the state dirty for the next try."""
+    import asyncio
+
+    from keyshared.storage.cursor import CursorPersister
+
+    async def main() -> None:
+        ledger, _, clock, _ = make(entries=10)
+        config = CursorConfig(mark_delete_rate_limit=0)
+        meta = MetadataStore(":memory:")
+        commits: list[int] = []
+        put_many = meta.put_many
+
+        def counting(items, deletes=()):  # type: ignore[no-untyped-def]
+            items = list(items)
+            commits.append(len(items))
+            put_many(items, deletes)
+
+        meta.put_many = counting  # type: ignore[method-assign]
+        persister = CursorPersister(meta)
+        store = KeyValueCursorStore(meta, "cursors/t/")
+        cursors = [
+            ManagedCursor(
+                f"s{i}",
+                ledger,
+                store,
+                initial_position=EARLIEST,
+                config=config,
+                clock=clock,
+                persister=persister,
+            )
+            for i in range(5)
+        ]
+        ps = ledger.positions()
+        for c in cursors:
+            c.ack_individual([ps[0]])
+            # Not yet: at the end of this turn of the loop.
+            assert c.is_dirty
+        cursors[4].delete()
+        await asyncio.sleep(0)
+        assert commits == [4] and persister.commits == 1
+        for c in cursors[:4]:
+            assert not c.is_dirty
+            again = ManagedCursor(c.name, ledger, store, config=config, clock=clock)
+            assert again.mark_delete_position == ps[0]
+        assert "cursors/t/s4" not in meta.list_keys("cursors/t/")
+
+        def failing(items, deletes=()):  # type: ignore[no-untyped-def]
+            raise StorageError("disk on fire")
+
+        meta.put_many = failing  # type: ignore[method-assign]
+        cursors[0].ack_individual([ps[1]])
+        await asyncio.sleep(0)
+        assert cursors[0].is_dirty and cursors[0].persist_failing
+        meta.put_many = counting  # type: ignore[method-assign]
+        assert cursors[0].flush()
+        assert not cursors[0].is_dirty and not cursors[0].persist_failing
+        meta.close()
+
+    asyncio.run(main())

@@ -569,3 +569,51 @@ def test_concurrent_producers_share_few_syncs(
         await st.close()
 
     run(main)
+
+
+def open_fds() -> int:
+    import os
+
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("cache", [0, 1 << 20])
+def test_idle_writable_ledgers_park_their_files(tmp_path: Path, cache: int) -> None:
+    """Beyond max_open_writable_segments, the least recently used idle open ledgers close their
+    files and reopen them on the next append or read; nothing is lost, across rollovers,
+    deletes and a reopen of the storage."""
+
+    async def main() -> None:
+        st = storage(
+            tmp_path,
+            max_open_writable_segments=3,
+            max_entries_per_ledger=7,
+            cache_size_bytes=cache,
+        ).open()
+        before = open_fds()
+        mls = [st.open_managed_ledger(f"public/default/t{i}") for i in range(12)]
+        # 12 open ledgers, 3 of them with their two files open.
+        assert open_fds() - before == 6
+        written: list[list[Position]] = [[] for _ in mls]
+        for rnd in range(4):
+            for i, ml in enumerate(mls):
+                written[i] += await fill(ml, 3, start=rnd * 3)
+                assert open_fds() - before <= 6 + 2 * 12  # read pool: closed ledgers
+        pool = st._ctx.writable  # type: ignore[union-attr]
+        assert pool.parks > 0 and pool.unparks > 0 and len(pool) <= 3
+        for i, ml in enumerate(mls):
+            got = await all_entries(ml)
+            assert [e.position for e in got] == written[i]
+            assert [e.data for e in got] == [b"m%d" % k for k in range(12)]
+        # A parked ledger deleted, another closed while parked.
+        await mls[0].delete()
+        mls[1].close()
+        await st.close()
+        st = storage(tmp_path, max_open_writable_segments=3, max_entries_per_ledger=7).open()
+        for i in range(1, 12):
+            ml = st.open_managed_ledger(f"public/default/t{i}")
+            got = await all_entries(ml)
+            assert [e.data for e in got] == [b"m%d" % k for k in range(12)]
+        await st.close()
+
+    run(main)
