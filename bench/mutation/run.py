@@ -10,7 +10,7 @@ function, fastest first: the unit tests nearest to it, then the simulator. The s
 ``--seeds`` seeds of ``tests/sim/test_sim_schedules.py`` (default 3,000: a fifth of what
 ``make test`` runs, so a survivor costs ~30 s, not ~2.5 min) and a fifth of the producer
 simulation's 6,000; a survivor can be re-run at the full budget with ``--seeds 15000 --rerun
-survived``. The seeds come in chunks growing from 10 (``SIM_CHUNKS=growing``), so a mutant the
+survived``. The seeds come in chunks of 10, 40, then 50 (``SIM_CHUNKS=growing``), so a mutant the
 first seeds catch is killed in a second.
 
 Resumable: mutmut records each result as it comes (``mutants/**/*.meta``); this script passes
@@ -22,6 +22,7 @@ background job. Results: ``python bench/mutation/report.py``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MODULES, ROOT, load
+from common import MODULES, MUTANTS, ROOT, load
 
 FULL_SIM_SEEDS = 15_000
 FULL_PRODUCER_SEEDS = 6_000
@@ -89,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     env["SIM_CHUNKS"] = "growing"
     # mutmut puts mutants/src first on sys.path; a PYTHONPATH naming src/ must not shadow it.
     env.pop("PYTHONPATH", None)
+    # What report.py says the simulator ran (the last run's budget).
+    MUTANTS.mkdir(exist_ok=True)
+    (MUTANTS / "keyshared-run.json").write_text(
+        json.dumps({"seeds": args.seeds, "producer_seeds": producer_seeds}) + "\n"
+    )
     for module in chosen_modules(args.modules):
         names = pending(module, args.rerun)
         if names is None:
