@@ -84,15 +84,19 @@ class Harness:
         *,
         meta: KeySharedMeta | None = None,
         consumer_id: int | None = None,
+        no_meta: bool = False,
     ) -> Consumer:
-        """A consumer joins with ``permits`` (FLOW), then settle."""
+        """A consumer joins with ``permits`` (FLOW), then settle; ``no_meta``: a SUBSCRIBE
+        without keySharedMeta (as older clients send)."""
+        if meta is None and not no_meta:
+            meta = KeySharedMeta(mode=self.mode)
         consumer = Consumer(
             consumer_id=len(self.consumers) if consumer_id is None else consumer_id,
             consumer_name=name,
             subscription=self.sub,
             sub_type=SubType.Key_Shared,
             transport=SimTransport(self._on_messages, lambda c: None),
-            key_shared_meta=meta if meta is not None else KeySharedMeta(mode=self.mode),
+            key_shared_meta=meta,
             track_pending_acks=True,
         )
         self.consumers[name] = consumer
