@@ -63,3 +63,40 @@ def test_no_unblocking_read_after_the_dispatcher_closed() -> None:
         assert h.loop.pending_timers() == before
     finally:
         h.close()
+
+
+def _timers(h: Harness) -> list[float]:
+    return sorted(when for when, _, handle in h.loop._timers if not handle.cancelled)
+
+
+def test_the_re_read_is_due_one_interval_after_the_hash_cleared() -> None:
+    h, moved = _blocked(250)
+    try:
+        before = _timers(h)
+        t0 = h.loop.now
+        _ack_without_timers(h, moved[0][1])
+        assert _timers(h) == sorted([*before, t0 + 0.25])
+    finally:
+        h.close()
+
+
+def test_without_an_interval_the_re_read_takes_no_timer() -> None:
+    h, moved = _blocked(0)
+    try:
+        before = _timers(h)
+        _ack_without_timers(h, moved[0][1])
+        assert _timers(h) == before
+    finally:
+        h.close()
+
+
+def test_a_hash_cleared_after_the_re_read_ran_schedules_another() -> None:
+    h, moved = _blocked(100)
+    try:
+        _ack_without_timers(h, moved[0][1])
+        h.settle()  # the re-read ran
+        before = h.loop.pending_timers()
+        _ack_without_timers(h, moved[1][1])
+        assert h.loop.pending_timers() == before + 1
+    finally:
+        h.close()
