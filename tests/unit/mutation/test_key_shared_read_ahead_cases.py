@@ -6,23 +6,27 @@ mutate`` (bench/results/mutation/report.md).
 
 from __future__ import annotations
 
+import pytest
+
 from keyshared.config import BrokerConfig
 from tests.unit.mutation.ks_harness import Harness
 
 KEYS = [f"k{i}" for i in range(40)]
 
 
-def test_a_read_of_held_back_entries_reads_on_without_a_backoff() -> None:
+@pytest.mark.parametrize("c2_permits", [0, 100])
+def test_a_read_of_held_back_entries_reads_on_without_a_backoff(c2_permits: int) -> None:
     config = BrokerConfig()
     config.dispatcherMaxReadBatchSize = 2
     h = Harness(config)
     try:
         c1 = h.join("c1", 100)
         h.publish(*KEYS)
-        c2 = h.join("c2", 100)
+        c2 = h.join("c2", c2_permits)
         d = h.dispatcher
         owner = {k: d.selector.select(d.slot_of_key(k.encode())) for k in KEYS}
-        drained = next(k for k in KEYS if owner[k] is c2)  # c1 still holds its entry
+        # c1 still holds its entry: it drains; without permits c2 could not take it anyway.
+        drained = next(k for k in KEYS if owner[k] is c2)
         mine = next(k for k in KEYS if owner[k] is c1)
         before = len(h.got("c1"))
         for key in (drained, drained, mine):
@@ -37,14 +41,15 @@ def test_a_read_of_held_back_entries_reads_on_without_a_backoff() -> None:
         h.close()
 
 
-def test_a_consumer_whose_entries_wait_reads_on_for_its_other_keys() -> None:
+@pytest.mark.parametrize("c2_permits", [1, 100])
+def test_a_consumer_whose_entries_wait_reads_on_for_its_other_keys(c2_permits: int) -> None:
     config = BrokerConfig()
     config.dispatcherMaxReadBatchSize = 2
     h = Harness(config)
     try:
         h.join("c1", len(KEYS))  # all its permits go on KEYS: it takes nothing after
         h.publish(*KEYS)
-        c2 = h.join("c2", 100)
+        c2 = h.join("c2", c2_permits)
         d = h.dispatcher
         owner = {k: d.selector.select(d.slot_of_key(k.encode())) for k in KEYS}
         moved = [k for k in KEYS if owner[k] is c2]
