@@ -31,6 +31,12 @@ UNLIMITED = 1 << 62
         (0, 0, 40, 0, 40),
         (0, 0, 0, 0, UNLIMITED),
         (0, -1, 0, 4, 12),
+        # A value of 1 is a limit like any other (no off-by-one at the "off" boundary).
+        (1, 0, 0, 0, 3),
+        (10, 1, 0, 0, 1),
+        (0, 1, 0, 0, 1),
+        (0, 0, 1, 0, 1),
+        (0, 0, 0, 1, 3),
     ],
 )
 def test_effective_look_ahead_limit(

@@ -100,3 +100,17 @@ def test_a_hash_cleared_after_the_re_read_ran_schedules_another() -> None:
         assert h.loop.pending_timers() == before + 1
     finally:
         h.close()
+
+
+def test_a_drainer_leaving_schedules_no_unblocking_read() -> None:
+    # Its leaving gives its entries back for replay (which reads at once): the hashes it
+    # drained are released without the unblocking re-read (Pulsar's closing=true).
+    h, _ = _blocked(100)
+    try:
+        h.loop.run_ready()
+        before = _timers(h)
+        h.sub.remove_consumer(h.consumers.pop("c1"))
+        h.loop.run_ready()
+        assert _timers(h) == before
+    finally:
+        h.close()
