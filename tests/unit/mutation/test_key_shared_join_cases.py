@@ -49,7 +49,10 @@ def test_a_consumer_joins_only_with_the_subscriptions_mode_and_ordering(
             with pytest.raises(BrokerError) as err:
                 h.join("c2", 0, meta=second, no_meta=second is None)
             assert err.value.code is ServerError.ConsumerBusy
-            assert "different key-shared mode" in err.value.message
+            assert err.value.message == (
+                "Key_Shared subscription has a different key-shared mode or "
+                "allowOutOfOrderDelivery setting"
+            )
             assert d.consumers == [c1]
     finally:
         h.close()
@@ -62,10 +65,22 @@ def test_overlapping_sticky_ranges_are_refused_and_not_attached() -> None:
         with pytest.raises(BrokerError) as err:
             h.join("c2", 0, meta=KeySharedMeta("STICKY", [(50, 60)]))
         assert err.value.code is ServerError.ConsumerAssignError
+        assert isinstance(err.value.message, str) and err.value.message  # the selector's reason
         d = h.dispatcher
         assert d.consumers == [c1]
         assert d.selector.select(55) is c1
         c3 = h.join("c3", 0, meta=KeySharedMeta("STICKY", [(101, 200)]))
         assert d.consumers == [c1, c3]
+    finally:
+        h.close()
+
+
+def test_the_draining_tracker_names_its_subscription() -> None:
+    # Its DrainingStateError names the dispatcher (Pulsar: "... in dispatcher <name>").
+    h = Harness()
+    try:
+        h.join("c1", 0)
+        draining = h.dispatcher.draining
+        assert draining is not None and draining.name == "sub"
     finally:
         h.close()
