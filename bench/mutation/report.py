@@ -16,12 +16,45 @@ import statistics
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MODULES, RESULTS, ROOT, Mutant, load
+from common import MODULES, MUTANTS, RESULTS, ROOT, Mutant, load
 
 EQUIVALENT = Path(__file__).resolve().parent / "equivalent.toml"
+# Figures of an earlier run, kept for the modules the run in ./mutants has not run (yet): module ->
+# {"run": which run, "counts": the table's row, "survived": the survivors' names}.
+RECORDED = RESULTS / "recorded.json"
+
+
+def sim_budget() -> str:
+    """The simulator seeds the run in ./mutants gave each mutant (run.py records them)."""
+    path = MUTANTS / "keyshared-run.json"
+    if not path.exists():
+        return "the seeds run.py was given"
+    run = json.loads(path.read_text())
+    return (
+        f"{run['seeds']:,} seeds of the schedules and {run['producer_seeds']:,} of the producer "
+        "simulation (`make test` runs 15,000 and 6,000)"
+    )
+
+
+def recorded() -> dict[str, tuple[str, dict[str, int], list[str]]]:
+    """The recorded figures of earlier runs: module -> (run, row, survivors); empty if none."""
+    if not RECORDED.exists():
+        return {}
+    data: dict[str, dict[str, Any]] = json.loads(RECORDED.read_text())
+    return {
+        module: (
+            str(rec["run"]),
+            {str(k): int(v) for k, v in rec["counts"].items()},
+            [str(n) for n in rec["survived"]],
+        )
+        for module, rec in data.items()
+    }
+
+
 COLUMNS = ("killed", "closed", "survived", "equivalent", "timeout", "no tests", "not run")
 
 
@@ -95,8 +128,25 @@ def main() -> int:
     rows: dict[str, dict[str, int]] = {}
     survivors: list[Mutant] = []
     listed_equiv: list[Mutant] = []
+    earlier = recorded()
+    from_earlier: dict[str, str] = {}
     for module in MODULES:
         mutants = load(module)
+        rec = earlier.get(module)
+        if rec is not None and all(m.code is None for m in mutants):
+            # Not run here: the earlier run's figures, its survivors, its closed and equivalents.
+            run, row, survived = rec
+            rows[module] = row
+            from_earlier[module] = run
+            for name in survived:
+                survivors.append(Mutant(str(name), module, 0, None))
+            for name in closed:
+                if name.startswith(module + ".x"):
+                    closed_list.append(Mutant(name, module, 0, None))
+            for name in equiv:
+                if name.startswith(module + ".x"):
+                    listed_equiv.append(Mutant(name, module, 0, None))
+            continue
         counts = dict.fromkeys(("mutants", *COLUMNS), 0)
         counts["mutants"] = len(mutants)
         for m in mutants:
@@ -121,8 +171,8 @@ def main() -> int:
     out.append(
         "Made by `make mutate` (bench/mutation/run.py) and rendered by bench/mutation/report.py. "
         "A mutant is killed when a test of `[tool.mutmut]` in pyproject.toml that calls the "
-        "mutated function fails: the unit tests nearest to it, then the simulator on a fifth of "
-        "`make test`'s seeds. *Closed*: survived that run, killed now by a test written for it "
+        "mutated function fails: the unit tests nearest to it, then the simulator on "
+        f"{sim_budget()}. *Closed*: survived that run, killed now by a test written for it "
         "(bench/mutation/verify_closed.py re-ran it). *Score* is killed and closed (timeouts included, as mutmut counts them: a "
         "mutant that loops forever is caught) / (mutants run - equivalent); *no tests* (code no "
         "selected test calls) counts against it."
@@ -136,11 +186,17 @@ def main() -> int:
         ran = r["mutants"] - r["not run"] - r["equivalent"]
         caught = r["killed"] + r["closed"] + r["timeout"]
         score = f"{100 * caught / ran:.1f} %" if ran > 0 else "-"
-        short = module.removeprefix("keyshared.")
+        short = module.removeprefix("keyshared.") + (" †" if module in from_earlier else "")
         out.append(
             "| " + " | ".join([short, *(str(r[c]) for c in ("mutants", *COLUMNS)), score]) + " |"
         )
     out.append("")
+    for module, run in from_earlier.items():
+        out.append(
+            f"† {module.removeprefix('keyshared.')}: not run by this run; the figures of {run}."
+        )
+    if from_earlier:
+        out.append("")
     if seeds:
         out.append("## Seeds to the simulator's first failure")
         out.append("")

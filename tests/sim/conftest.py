@@ -4,6 +4,9 @@
   and no single test nears the suite's timeout); about 10,000 of them run the PIP-379
   dispatcher (the same schedules as when all 10,000 seeds did) and 5,000 the classic one;
 * ``SIM_SEEDS=N``: seeds ``SIM_START .. SIM_START+N-1`` (``SIM_START`` defaults to 0);
+* ``SIM_CHUNKS=growing``: the seeds in chunks of 10, 40, then 50 (``make mutate``:
+  a test runner that runs the fastest tests first then reaches the first seeds, which catch most
+  broken code, in a second, not after 500 seeds);
 * ``SIM_SEED=S``: that one seed (replaying a failure), traced;
 * ``SIM_STEPS=K``: every seed's schedule cut to its first ``K`` steps (shrinking by hand);
 * ``SIM_DISPATCHER=classic`` (or ``pip379``): of those seeds, only the ones that draw that
@@ -34,7 +37,18 @@ def seed_chunks() -> list[range]:
     count = _env_int("SIM_SEEDS")
     start = _env_int("SIM_START") or 0
     total = DEFAULT_SEEDS if count is None else count
-    return [range(s, min(s + CHUNK, start + total)) for s in range(start, start + total, CHUNK)]
+    stop = start + total
+    if os.environ.get("SIM_CHUNKS", "").strip() == "growing":
+        out: list[range] = []
+        s = start
+        for size in (10, 40):
+            if s < stop:
+                out.append(range(s, min(s + size, stop)))
+                s += size
+        # 50, not 500: mutmut's traced first run of a chunk must stay within pytest-timeout
+        # (120 s) on a machine loaded 20 and more.
+        return out + [range(a, min(a + 50, stop)) for a in range(s, stop, 50)]
+    return [range(s, min(s + CHUNK, stop)) for s in range(start, stop, CHUNK)]
 
 
 def sim_steps() -> int | None:
