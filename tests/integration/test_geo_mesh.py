@@ -27,8 +27,10 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.broker_process import BrokerProcess, quiet_logger
+from tests.broker_process import BrokerProcess
 from tests.integration.admin_support import ok, tpath
+from tests.integration.geo_support import client as _client
+from tests.integration.geo_support import drain, replicating
 
 pytestmark = pytest.mark.integration
 
@@ -41,36 +43,10 @@ KEEPALIVE = 2
 Mesh = dict[str, BrokerProcess]
 
 
-def _client(b: BrokerProcess) -> pulsar.Client:
-    return pulsar.Client(
-        b.service_url,
-        operation_timeout_seconds=10,
-        connection_timeout_ms=5000,
-        logger=quiet_logger(),
-    )
-
-
 @pytest.fixture(scope="module")
 def mesh() -> Iterator[Mesh]:
-    brokers = {
-        c: BrokerProcess(conf={"clusterName": c, "keepAliveIntervalSeconds": KEEPALIVE})
-        for c in CLUSTERS
-    }
-    try:
-        for b in brokers.values():
-            b.start()
-        for name, b in brokers.items():
-            for other, o in brokers.items():
-                if other != name:
-                    body = {"serviceUrl": o.web_url, "brokerServiceUrl": o.service_url}
-                    ok(b, "PUT", f"/admin/v2/clusters/{other}", body)
-            ok(b, "PUT", "/admin/v2/tenants/geo", {"allowedClusters": list(CLUSTERS)})
-            ok(b, "PUT", f"/admin/v2/namespaces/{NS}", {"deduplicationEnabled": True})
-            ok(b, "POST", f"/admin/v2/namespaces/{NS}/replication", list(CLUSTERS))
-        yield brokers
-    finally:
-        for b in brokers.values():
-            b.close()
+    with replicating({c: {"keepAliveIntervalSeconds": KEEPALIVE} for c in CLUSTERS}, NS) as m:
+        yield m
 
 
 def _new_topic(mesh: Mesh) -> str:
@@ -131,24 +107,7 @@ def _read_all(b: BrokerProcess, topic: str, expect: int, timeout: float = 40.0) 
     quiet period to catch extra ones."""
     client = _client(b)
     try:
-        consumer = client.subscribe(topic, "audit")
-        got: list[Any] = []
-        deadline = time.monotonic() + timeout
-        quiet_until: float | None = None
-        while time.monotonic() < deadline:
-            try:
-                got.append(consumer.receive(timeout_millis=300))
-                consumer.acknowledge(got[-1])
-                quiet_until = None  # quiet means no message for the whole period
-                continue
-            except pulsar.Timeout:
-                pass
-            if len(got) >= expect:
-                if quiet_until is None:
-                    quiet_until = time.monotonic() + 1.5
-                elif time.monotonic() >= quiet_until:
-                    break
-        return got
+        return drain(client.subscribe(topic, "audit"), expect, timeout)
     finally:
         client.close()
 

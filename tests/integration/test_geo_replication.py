@@ -23,42 +23,18 @@ import pytest
 from keyshared.tokens import create_token
 from tests.broker_process import BrokerProcess, quiet_logger
 from tests.integration.admin_support import ok
+from tests.integration.geo_support import client as _client
+from tests.integration.geo_support import drain, replicating
 
 pytestmark = pytest.mark.integration
 
 NS = "geo/ns"
 
 
-def _client(b: BrokerProcess) -> pulsar.Client:
-    return pulsar.Client(b.service_url, operation_timeout_seconds=10, logger=quiet_logger())
-
-
-def _register(b: BrokerProcess, name: str, other: BrokerProcess) -> None:
-    body = {"serviceUrl": other.web_url, "brokerServiceUrl": other.service_url}
-    status, _ = b.admin("PUT", f"/admin/v2/clusters/{name}", body)
-    if status == 409:
-        ok(b, "POST", f"/admin/v2/clusters/{name}", body)
-    else:
-        assert status == 204
-
-
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
-    a = BrokerProcess(conf={"clusterName": "ca"})
-    b = BrokerProcess(conf={"clusterName": "cb"})
-    try:
-        a.start()
-        b.start()
-        _register(a, "cb", b)
-        _register(b, "ca", a)
-        for x in (a, b):
-            ok(x, "PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["ca", "cb"]})
-            ok(x, "PUT", f"/admin/v2/namespaces/{NS}", {"deduplicationEnabled": True})
-            ok(x, "POST", f"/admin/v2/namespaces/{NS}/replication", ["ca", "cb"])
-        yield a, b
-    finally:
-        a.close()
-        b.close()
+    with replicating({"ca": {}, "cb": {}}, NS) as brokers:
+        yield brokers["ca"], brokers["cb"]
 
 
 def _topic() -> str:
@@ -83,22 +59,7 @@ def _read_all(b: BrokerProcess, topic: str, expect: int, timeout: float = 30.0) 
         consumer = client.subscribe(
             topic, "audit", initial_position=pulsar.InitialPosition.Earliest
         )
-        got: list[Any] = []
-        deadline = time.monotonic() + timeout
-        quiet_until: float | None = None
-        while time.monotonic() < deadline:
-            try:
-                got.append(consumer.receive(timeout_millis=300))
-                consumer.acknowledge(got[-1])
-                continue
-            except pulsar.Timeout:
-                pass
-            if len(got) >= expect:
-                if quiet_until is None:
-                    quiet_until = time.monotonic() + 1.5
-                elif time.monotonic() >= quiet_until:
-                    break
-        return got
+        return drain(consumer, expect, timeout)
     finally:
         client.close()
 

@@ -23,8 +23,10 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.broker_process import BrokerProcess, quiet_logger
+from tests.broker_process import BrokerProcess
 from tests.integration.admin_support import ok
+from tests.integration.geo_support import client as _client
+from tests.integration.geo_support import replicating
 
 pytestmark = pytest.mark.integration
 
@@ -42,34 +44,11 @@ trail the acknowledged ones by about one snapshot interval plus a replication ro
 40 messages here); 100 leaves room for a loaded machine and is still well after index 0."""
 
 
-def _client(b: BrokerProcess) -> pulsar.Client:
-    return pulsar.Client(b.service_url, operation_timeout_seconds=10, logger=quiet_logger())
-
-
-def _register(b: BrokerProcess, name: str, other: BrokerProcess) -> None:
-    body = {"serviceUrl": other.web_url, "brokerServiceUrl": other.service_url}
-    status, _ = b.admin("PUT", f"/admin/v2/clusters/{name}", body)
-    assert status in (204, 409)
-
-
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     conf = {"replicatedSubscriptionsSnapshotFrequencyMillis": SNAPSHOT_MS}
-    a = BrokerProcess(conf={"clusterName": "ra", **conf})
-    b = BrokerProcess(conf={"clusterName": "rb", **conf})
-    try:
-        a.start()
-        b.start()
-        _register(a, "rb", b)
-        _register(b, "ra", a)
-        for x in (a, b):
-            ok(x, "PUT", "/admin/v2/tenants/rsub", {"allowedClusters": ["ra", "rb"]})
-            ok(x, "PUT", f"/admin/v2/namespaces/{NS}", {"deduplicationEnabled": True})
-            ok(x, "POST", f"/admin/v2/namespaces/{NS}/replication", ["ra", "rb"])
-        yield a, b
-    finally:
-        a.close()
-        b.close()
+    with replicating({"ra": conf, "rb": conf}, NS) as brokers:
+        yield brokers["ra"], brokers["rb"]
 
 
 def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -26,6 +26,19 @@ from keyshared.protocol.errors import MalformedFrame, UnsupportedCompression
 _U32 = struct.Struct(">I")
 
 
+def _metadata_end(section: Bytes) -> int:
+    """Where the metadata of a payload section ends (after its 4-byte size and itself)."""
+    if len(section) < 4:
+        raise MalformedFrame(f"payload section of {len(section)} bytes has no metadata size")
+    size: int = _U32.unpack_from(section, 0)[0]
+    end = 4 + size
+    if end > len(section):
+        raise MalformedFrame(
+            f"metadata size {size} exceeds the payload section's {len(section) - 4} bytes"
+        )
+    return end
+
+
 def split_payload(section: Bytes) -> tuple[pb.MessageMetadata, memoryview]:
     """Parse the metadata of a payload section and return it with a view of the payload after it.
 
@@ -35,14 +48,7 @@ def split_payload(section: Bytes) -> tuple[pb.MessageMetadata, memoryview]:
     :func:`keyshared.protocol.validate.invalid_string_field` before trusting them.
     """
     view = memoryview(section)
-    if len(view) < 4:
-        raise MalformedFrame(f"payload section of {len(view)} bytes has no metadata size")
-    size: int = _U32.unpack_from(view, 0)[0]
-    end = 4 + size
-    if end > len(view):
-        raise MalformedFrame(
-            f"metadata size {size} exceeds the payload section's {len(view) - 4} bytes"
-        )
+    end = _metadata_end(view)
     metadata = pb.MessageMetadata()
     try:
         metadata.ParseFromString(cast(bytes, view[4:end]))
@@ -71,14 +77,7 @@ def broker_fields(section: bytes) -> tuple[int, bytes, int, int, int, int]:
     runs once per SEND (``bench/results/profiles/publish-before.md``). The metadata is parsed
     from a ``bytes`` copy of its few bytes, which upb reads faster than a memoryview.
     """
-    if len(section) < 4:
-        raise MalformedFrame(f"payload section of {len(section)} bytes has no metadata size")
-    size: int = _U32.unpack_from(section, 0)[0]
-    end = 4 + size
-    if end > len(section):
-        raise MalformedFrame(
-            f"metadata size {size} exceeds the payload section's {len(section) - 4} bytes"
-        )
+    end = _metadata_end(section)
     try:
         md = _MessageMetadata.FromString(section[4:end])
     except DecodeError as exc:
