@@ -293,6 +293,10 @@ class Client:
     # it: the oracle's own account, compared with the broker's.
     unacked: int = 0
     blocked: bool = False
+    # Permits the client granted (FLOW) and entries it was sent: every entry takes at least one
+    # permit, so no send may carry more entries than granted less entries already sent.
+    granted: int = 0
+    entries_sent: int = 0
 
     def hold(self, pos: Position, held: Held) -> None:
         """Now holding ``pos`` unacked."""
@@ -754,6 +758,7 @@ class Simulation:
         if consumer.available_permits + consumer.permits_while_blocked >= c.queue_size:
             return
         self.note(f"flow {c} +{n}")
+        c.granted += n
         if consumer.add_permits(n):
             disp = self.sub.dispatcher
             if disp is not None:
@@ -820,6 +825,13 @@ class Simulation:
             raise Violation(f"entries {[m.entry.position for m in messages]} sent to closed {c}")
         if self._trace_on:
             self.note(f"  -> {c} gets {' '.join(self._describe(m) for m in messages)}")
+        room = c.granted - c.entries_sent
+        if len(messages) > room:
+            raise Violation(
+                f"{len(messages)} entries sent to {c} in one send with room for {room} "
+                f"(FLOW granted {c.granted}, {c.entries_sent} entries sent before)"
+            )
+        c.entries_sent += len(messages)
         self.check_unacked_limits(c, messages)
         for m in messages:
             self.check_delivery(c, m)
