@@ -255,12 +255,19 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
 
         Replaying it sends nothing, and while it is a candidate no normal read starts: the
         consumers not recently joined got nothing more (Key_Shared row 22)."""
-        joined = self.recently_joined
-        if joined:
-            max_pos = joined.get(c)
-            if max_pos is not None and pos > min(max_pos, next(iter(joined.values()))):
-                return True
+        max_pos = self._restricted_to(c, replay=True)
+        if max_pos is not None and pos > max_pos:
+            return True
         return bool(self.stranded) and self._held_elsewhere(c, key_hash)
+
+    def _restricted_to(self, c: Consumer, *, replay: bool) -> Position | None:
+        """The last position a recently joined ``c`` may take now (None: not restricted); a
+        replay is held to the earliest join position of all, as Pulsar's classic dispatcher."""
+        joined = self.recently_joined
+        max_pos = joined.get(c) if joined else None
+        if max_pos is not None and replay and joined:
+            max_pos = min(max_pos, next(iter(joined.values())))
+        return max_pos
 
     def filter_and_group(
         self, entries: list[Entry], read_type: str, metas: list[EntryMeta]
@@ -304,12 +311,9 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
             and any(self.replay.contains_hash(h) for _, h in items)
         ):
             return [], items
-        joined = self.recently_joined
-        if joined:
+        if self.recently_joined:
             self._prune_recently_joined()
-        max_pos = joined.get(c) if joined else None
-        if max_pos is not None and joined and read_type == REPLAY:
-            max_pos = min(max_pos, next(iter(joined.values())))
+        max_pos = self._restricted_to(c, replay=read_type == REPLAY)
         if max_pos is None and not self.stranded:
             return [e for e, _ in items[:m]], items[m:]
         # Restricted: only entries at or before the join position (all sent before it joined,
