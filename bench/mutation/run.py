@@ -41,7 +41,7 @@ def chosen_modules(filters: list[str]) -> list[str]:
 
     A filter that ends a module's dotted name names that module alone (``shared`` is
     ``dispatch.shared``, not ``key_shared``; ``cursor`` is not ``cursor_codec``); any other picks
-    every module whose name contains it (``sel_``).
+    every module whose name contains it (``selectors``).
     """
     if not filters:
         return list(MODULES)

@@ -13,7 +13,9 @@ import pytest
 from keyshared.broker.consumer import Consumer, KeySharedMeta, SubType
 from keyshared.broker.dispatch.base import Dispatcher
 from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
-from keyshared.broker.dispatch.sel_consistent import ConsistentHashingStickyKeyConsumerSelector
+from keyshared.broker.dispatch.selectors.consistent import (
+    ConsistentHashingStickyKeyConsumerSelector,
+)
 from keyshared.broker.subscription import AckItem, Subscription
 from keyshared.protocol import sticky_key_hash
 from keyshared.protocol.hashing import slot_of_hash

@@ -28,9 +28,9 @@ import pytest
 
 from keyshared.broker.dispatch.draining import DrainingHashesTracker
 from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
-from keyshared.broker.dispatch.sel_base import C
-from keyshared.broker.dispatch.sel_hashing import STICKY_KEY_HASH_NOT_SET
-from keyshared.broker.dispatch.sel_ranges import ImpactedRanges, RemovedHashRanges
+from keyshared.broker.dispatch.selectors.base import C
+from keyshared.broker.dispatch.selectors.hashing import STICKY_KEY_HASH_NOT_SET
+from keyshared.broker.dispatch.selectors.ranges import ImpactedRanges, RemovedHashRanges
 from keyshared.broker.dispatch.shared import ReplayQueue, SharedDispatcher
 from tests.sim.conftest import DEFAULT_SEEDS
 from tests.sim.simulator import SimFailure, is_classic, run_seed

@@ -7,7 +7,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from keyshared.broker.dispatch.sel_ranges import Assignment, RangeMove
+from keyshared.broker.dispatch.selectors.ranges import Assignment, RangeMove
 
 DOMAIN_END = 65536  # arrays are indexed 0..65536 so every selector's domain fits
 

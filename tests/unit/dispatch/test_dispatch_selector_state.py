@@ -22,7 +22,6 @@ from ks_dispatch_helpers import (
     reference_pulsar_hash,
 )
 
-from keyshared.broker.dispatch.sel_ranges import check_assignments
 from keyshared.broker.dispatch.selectors import (
     ConsistentHashingStickyKeyConsumerSelector,
     ConsumerAssignError,
@@ -30,6 +29,7 @@ from keyshared.broker.dispatch.selectors import (
     HashRangeExclusiveStickyKeyConsumerSelector,
     ImpactedRanges,
 )
+from keyshared.broker.dispatch.selectors.ranges import check_assignments
 
 MACHINE_SETTINGS = settings(
     max_examples=20,

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ks_dispatch_helpers import FakeConsumer, assert_exact_moves, change_runs, owner_array
 
-from keyshared.broker.dispatch.sel_consistent import ring_point_hash
 from keyshared.broker.dispatch.selectors import (
     ConsistentHashingStickyKeyConsumerSelector,
     ConsumerAssignError,
@@ -25,6 +24,7 @@ from keyshared.broker.dispatch.selectors import (
     hash_range_slot,
     merge_ranges,
 )
+from keyshared.broker.dispatch.selectors.consistent import ring_point_hash
 
 Consistent = ConsistentHashingStickyKeyConsumerSelector[FakeConsumer]
 AutoSplit = HashRangeAutoSplitStickyKeyConsumerSelector[FakeConsumer]
@@ -59,7 +59,7 @@ def test_row26_exact_ranges_with_three_points() -> None:
 
 
 def test_ring_point_key_uses_nul_separators() -> None:
-    from keyshared.broker.dispatch.sel_hashing import consistent_hashing_slot
+    from keyshared.broker.dispatch.selectors.hashing import consistent_hashing_slot
 
     assert ring_point_hash("consumer1", 0, 7) == consistent_hashing_slot(b"consumer1\x000\x007")
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Generic
 
 from keyshared.broker.dispatch.pending_acks import PendingAcksMap
-from keyshared.broker.dispatch.sel_base import C
-from keyshared.broker.dispatch.sel_hashing import STICKY_KEY_HASH_NOT_SET
-from keyshared.broker.dispatch.sel_ranges import ImpactedRanges, RemovedHashRanges
+from keyshared.broker.dispatch.selectors.base import C
+from keyshared.broker.dispatch.selectors.hashing import STICKY_KEY_HASH_NOT_SET
+from keyshared.broker.dispatch.selectors.ranges import ImpactedRanges, RemovedHashRanges
 
 UnblockingHandler = Callable[[int], None]
 """Called with a hash that got unblocked, or ``-1`` after a batch that unblocked some."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from keyshared.broker.dispatch.sel_base import C
+from keyshared.broker.dispatch.selectors.base import C
 
 P = TypeVar("P", bound=tuple[int, int])
 """A position ``(ledger_id, entry_id)``; ``keyshared.storage.position.Position`` in the broker."""

@@ -16,15 +16,15 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Generic
 
-from keyshared.broker.dispatch.sel_base import C, ConsumerAssignError, HashRange
-from keyshared.broker.dispatch.sel_hashing import DEFAULT_RANGE_SIZE, hash_range_slot
-from keyshared.broker.dispatch.sel_ranges import (
+from keyshared.broker.dispatch.selectors.base import C, ConsumerAssignError, HashRange
+from keyshared.broker.dispatch.selectors.hashing import DEFAULT_RANGE_SIZE, hash_range_slot
+from keyshared.broker.dispatch.selectors.ranges import (
     Assignment,
     ImpactedRanges,
     diff_assignments,
     ranges_by_consumer,
 )
-from keyshared.broker.dispatch.sel_table import EMPTY_TABLE, TABLE_SIZE, apply_moves
+from keyshared.broker.dispatch.selectors.table import EMPTY_TABLE, TABLE_SIZE, apply_moves
 
 
 class HashRangeAutoSplitStickyKeyConsumerSelector(Generic[C]):

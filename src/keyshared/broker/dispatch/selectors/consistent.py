@@ -16,19 +16,19 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Generic
 
-from keyshared.broker.dispatch.sel_base import C, HashRange
-from keyshared.broker.dispatch.sel_hashing import (
+from keyshared.broker.dispatch.selectors.base import C, HashRange
+from keyshared.broker.dispatch.selectors.hashing import (
     CONSISTENT_HASHING_RANGE_END,
     DEFAULT_RANGE_SIZE,
     consistent_hashing_slot,
 )
-from keyshared.broker.dispatch.sel_ranges import (
+from keyshared.broker.dispatch.selectors.ranges import (
     Assignment,
     ImpactedRanges,
     RangeMove,
     ranges_by_consumer,
 )
-from keyshared.broker.dispatch.sel_table import EMPTY_TABLE, TABLE_SIZE, apply_moves
+from keyshared.broker.dispatch.selectors.table import EMPTY_TABLE, TABLE_SIZE, apply_moves
 
 DEFAULT_REPLICA_POINTS = 100
 """``subscriptionKeySharedConsistentHashingReplicaPoints`` default."""

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from keyshared.broker.dispatch.sel_base import C
-from keyshared.broker.dispatch.sel_hashing import DEFAULT_RANGE_SIZE
-from keyshared.broker.dispatch.sel_ranges import RangeMove
+from keyshared.broker.dispatch.selectors.base import C
+from keyshared.broker.dispatch.selectors.hashing import DEFAULT_RANGE_SIZE
+from keyshared.broker.dispatch.selectors.ranges import RangeMove
 
 TABLE_SIZE = DEFAULT_RANGE_SIZE
 """Slots ``0..65535``: every value a slot formula can produce."""

@@ -19,14 +19,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from keyshared.broker.dispatch.sel_autosplit import HashRangeAutoSplitStickyKeyConsumerSelector
-from keyshared.broker.dispatch.sel_base import C, ConsumerAssignError, HashRange, NamedConsumer
-from keyshared.broker.dispatch.sel_consistent import (
+from keyshared.broker.dispatch.selectors.autosplit import (
+    HashRangeAutoSplitStickyKeyConsumerSelector,
+)
+from keyshared.broker.dispatch.selectors.base import (
+    C,
+    ConsumerAssignError,
+    HashRange,
+    NamedConsumer,
+)
+from keyshared.broker.dispatch.selectors.consistent import (
     DEFAULT_REPLICA_POINTS,
     ConsistentHashingStickyKeyConsumerSelector,
 )
-from keyshared.broker.dispatch.sel_exclusive import HashRangeExclusiveStickyKeyConsumerSelector
-from keyshared.broker.dispatch.sel_hashing import (
+from keyshared.broker.dispatch.selectors.exclusive import (
+    HashRangeExclusiveStickyKeyConsumerSelector,
+)
+from keyshared.broker.dispatch.selectors.hashing import (
     DEFAULT_RANGE_SIZE,
     STICKY_KEY_HASH_NOT_SET,
     consistent_hashing_slot,
@@ -34,7 +43,7 @@ from keyshared.broker.dispatch.sel_hashing import (
     make_sticky_key_hash,
     pulsar_hash,
 )
-from keyshared.broker.dispatch.sel_ranges import (
+from keyshared.broker.dispatch.selectors.ranges import (
     Assignment,
     ImpactedRanges,
     RangeMove,

@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, NamedTuple
 
-from keyshared.broker.dispatch.sel_base import C, HashRange
+from keyshared.broker.dispatch.selectors.base import C, HashRange
 
 Assignment = tuple[int, int, C]
 """``(start, end, consumer)``: one inclusive range and its owner, in a sorted, disjoint list."""
