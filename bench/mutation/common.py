@@ -19,6 +19,7 @@ RESULTS = ROOT / "bench" / "results" / "mutation"
 # Small modules first, then the dispatch code the simulator drives, then the rest of dispatch.
 MODULES: tuple[str, ...] = (
     "keyshared.storage.range_set",
+    "keyshared.broker.dedup_state",
     "keyshared.broker.dedup",
     "keyshared.broker.dispatch.draining",
     "keyshared.broker.dispatch.key_shared",
