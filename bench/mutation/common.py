@@ -38,6 +38,7 @@ MODULES: tuple[str, ...] = (
     "keyshared.broker.dispatch.delayed",
     "keyshared.broker.dispatch.single_active",
     "keyshared.broker.dispatch.nonpersistent",
+    "keyshared.broker.dispatch.unacked",
     "keyshared.storage.cursor_codec",
     "keyshared.storage.cursor",
 )
@@ -81,9 +82,15 @@ class Mutant:
         return status(self.code)
 
 
+def source_path(module: str) -> Path:
+    """``module``'s file under ``src/``, relative to the root: a package is its ``__init__.py``."""
+    base = Path("src") / module.replace(".", "/")
+    return base / "__init__.py" if (ROOT / base).is_dir() else base.with_suffix(".py")
+
+
 def meta_path(module: str) -> Path:
     """Where mutmut keeps the results of ``module``."""
-    return MUTANTS / "src" / (module.replace(".", "/") + ".py.meta")
+    return MUTANTS / (str(source_path(module)) + ".meta")
 
 
 def load(module: str) -> list[Mutant]:

@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import MODULES, MUTANTS, RESULTS, ROOT, Mutant, load
+from common import MODULES, MUTANTS, RESULTS, ROOT, Mutant, load, source_path
 
 EQUIVALENT = Path(__file__).resolve().parent / "equivalent.toml"
 # Figures of an earlier run, kept for the modules the run in ./mutants has not run (yet): module ->
@@ -69,7 +69,7 @@ def diff_of(mutant: Mutant) -> str:
     """The mutant's diff against the original function, as mutmut shows it."""
     from mutmut.mutation.diff_apply import get_diff_for_mutant
 
-    path = Path("src") / (mutant.module.replace(".", "/") + ".py")
+    path = source_path(mutant.module)
     cwd = Path.cwd()
     os.chdir(ROOT)
     try:

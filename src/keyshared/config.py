@@ -278,6 +278,10 @@ class BrokerConfig:
     # brokerClientTrustCertsFilePath (empty: the system's CAs).
     brokerClientTlsEnabled: bool = False
     brokerClientTrustCertsFilePath: str = ""
+    # The client certificate and key (PEM) presented over that TLS when the authentication
+    # plugin is not AuthenticationTls (whose own certificate wins, as in Pulsar).
+    brokerClientCertificateFilePath: str = ""
+    brokerClientKeyFilePath: str = ""
     # Check the remote's host name too (Pulsar's default: the chain only).
     tlsHostnameVerificationEnabled: bool = False
     # --- stats ---------------------------------------------------------------------------

@@ -5,8 +5,8 @@ as in ``test_geo_replication.py``. A consumer with ``replicate_subscription_stat
 consumes and acknowledges part of a stream on ``ra``; the same subscription opened on ``rb``
 must start at or before the first message not acknowledged on ``ra`` (never after it: nothing
 unacknowledged is lost), and not far before it. Snapshots are taken every 200 ms here (Pulsar's
-default is 1000) so that the paced stream holds many. About 45 s on ``-n 0`` (60 s on a
-loaded machine).
+default is 1000) so that the paced stream holds many. The same over a partitioned topic,
+partition by partition. About 60 s on ``-n 0`` (80 s on a loaded machine).
 """
 
 from __future__ import annotations
@@ -301,3 +301,139 @@ def test_replication_of_the_subscription_survives_a_restart(
         cb.close()
     # Everything was acknowledged on ra: rb starts within the last snapshot interval.
     assert rest == sorted(rest) and len(rest) <= 40, rest
+
+
+PARTITIONS = 3
+P_N = 450
+"""Messages of the partitioned test: about 150 per partition."""
+P_ACKED = 300
+"""Messages acknowledged there (indexes 0..299): about 100 into each partition."""
+P_BOUND = 40
+"""How far before a partition's first unacknowledged message ``rb`` may start on it: a
+snapshot interval holds about 7 messages of each partition; 40 leaves room for load and is
+still well into the partition (the first unacknowledged one is about 100 in)."""
+
+
+def _positions_on(b: BrokerProcess, partition: str) -> dict[int, tuple[int, int]]:
+    """Each message of ``partition`` on ``b``: its index to its (ledger, entry) there."""
+    client = _client(b)
+    try:
+        reader = client.create_reader(partition, pulsar.MessageId.earliest)
+        out: dict[int, tuple[int, int]] = {}
+        while reader.has_message_available():
+            msg = reader.read_next(timeout_millis=5000)
+            out[int(msg.data())] = (msg.message_id().ledger_id(), msg.message_id().entry_id())
+        return out
+    finally:
+        client.close()
+
+
+def test_partitioned_topic_follows_partition_by_partition(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    a, b = pair
+    topic = f"persistent://{NS}/p-{uuid.uuid4().hex[:10]}"
+    rest = f"/admin/v2/persistent/{topic[len('persistent://') :]}"
+    sub = "parts"
+    ok(a, "PUT", rest + "/partitions", PARTITIONS)
+    partition_of: dict[int, int] = {}
+    ca = _client(a)
+    try:
+        consumer = ca.subscribe(
+            topic,
+            sub,
+            initial_position=pulsar.InitialPosition.Earliest,
+            replicate_subscription_state_enabled=True,
+            receiver_queue_size=50,
+        )
+        # Snapshots need every partition's replicator connected (the replicators also create
+        # the partitioned topic on rb).
+        _wait(
+            lambda: bool(
+                ok(a, "GET", rest + "/partitioned-stats")
+                .get("replication", {})
+                .get("rb", {})
+                .get("connected")
+            )
+        )
+        producer = ca.create_producer(topic, batching_enabled=False)
+
+        def sent(i: int) -> Callable[[pulsar.Result, pulsar.MessageId], None]:
+            def record(res: pulsar.Result, msg_id: pulsar.MessageId) -> None:
+                assert res == pulsar.Result.Ok
+                partition_of[i] = msg_id.partition()
+
+            return record
+
+        for i in range(P_N):
+            producer.send_async(str(i).encode(), sent(i), partition_key=f"k{i % 30}")
+            if i % 20 == 19:
+                producer.flush()
+                time.sleep(SNAPSHOT_MS / 1000)
+        producer.flush()
+        _wait(lambda: len(partition_of) == P_N)
+        parts = [sorted(i for i, p in partition_of.items() if p == n) for n in range(PARTITIONS)]
+        assert all(len(p) >= 100 for p in parts), [len(p) for p in parts]
+        _wait(lambda: ok(b, "GET", rest + "/partitioned-stats").get("msgInCounter", 0) >= P_N)
+        # Acknowledge 0..P_ACKED-1 (receiving whatever else comes, unacknowledged).
+        acked: set[int] = set()
+        while len(acked) < P_ACKED:
+            msg = consumer.receive(timeout_millis=10_000)
+            i = int(msg.data())
+            assert msg.topic_name().endswith(f"-partition-{partition_of[i]}")
+            if i < P_ACKED:
+                consumer.acknowledge(msg)
+                acked.add(i)
+        # The mark-delete position follows on each partition: on rb it is, partition by
+        # partition, before the first message unacknowledged on ra and not far before it (by
+        # the messages' positions on rb: the backlog would count the markers too).
+        first_unacked = [min(i for i in p if i >= P_ACKED) for p in parts]
+        unacked = [len(p) - p.index(f) for p, f in zip(parts, first_unacked, strict=True)]
+        for n, part in enumerate(parts):
+            partition = f"{topic}-partition-{n}"
+            _settled(b, partition, sub)
+            cursor = ok(b, "GET", f"{rest}-partition-{n}/internalStats")["cursors"][sub]
+            ledger, _, entry = str(cursor["markDeletePosition"]).partition(":")
+            mark_delete = (int(ledger), int(entry))
+            on_b = _positions_on(b, partition)
+            assert sorted(on_b) == part, n
+            k = part.index(first_unacked[n])
+            assert k > P_BOUND, (n, k)  # the bound must say something
+            assert on_b[first_unacked[n]] > mark_delete, (n, mark_delete)
+            assert on_b[part[k - P_BOUND]] <= mark_delete, (n, mark_delete)
+        consumer.close()  # the consumer "fails" with P_ACKED.. unacknowledged
+    finally:
+        ca.close()
+
+    cb = _client(b)
+    try:
+        consumer = cb.subscribe(
+            topic,
+            sub,
+            initial_position=pulsar.InitialPosition.Latest,
+            replicate_subscription_state_enabled=True,
+        )
+        got: dict[int, list[int]] = {n: [] for n in range(PARTITIONS)}
+        deadline = time.monotonic() + 30
+        last = time.monotonic()
+        while time.monotonic() < deadline and (
+            sum(map(len, got.values())) < sum(unacked) or time.monotonic() - last < 2.0
+        ):
+            try:
+                msg = consumer.receive(timeout_millis=200)
+            except pulsar.Timeout:
+                continue
+            n = int(msg.topic_name().rsplit("-partition-", 1)[1])
+            got[n].append(int(msg.data()))
+            consumer.acknowledge(msg)
+            last = time.monotonic()
+    finally:
+        cb.close()
+    for n, part in enumerate(parts):
+        assert got[n], f"partition {n}: the subscription on rb did not follow"
+        start = part.index(got[n][0])
+        # Never after the partition's first unacknowledged message, not far before it, and
+        # from there the partition's messages once each, in order.
+        assert start <= part.index(first_unacked[n]), (n, got[n][0], first_unacked[n])
+        assert part.index(first_unacked[n]) - start <= P_BOUND, (n, got[n][0], first_unacked[n])
+        assert got[n] == part[start:], n

@@ -9,7 +9,8 @@ Plugins understood, by Pulsar's class names (the short names ``token``, ``basic`
 ``AuthenticationToken`` (``token:<jwt>``, ``file:///path``, ``data:`` URL, or JSON
 ``{"token": ...}``), ``AuthenticationBasic`` (JSON ``{"userId": ..., "password": ...}``) and
 ``AuthenticationTls`` (``tlsCertFile:<path>,tlsKeyFile:<path>``, or JSON; the role is the
-certificate's CN). Any other plugin is refused by name.
+certificate's CN, and the certificate is what the client presents in the TLS handshake, which
+is why its paths travel with the credentials). Any other plugin is refused by name.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ class ClientCredentials:
     """``none``, ``token``, ``basic`` or ``tls``."""
     data: bytes
     """The token, ``user:password``, or the certificate's CN for ``tls``."""
+    cert_file: str = ""
+    """``tls``: the client certificate (PEM) to present in the TLS handshake."""
+    key_file: str = ""
+    """``tls``: its private key (PEM)."""
+
+    @property
+    def command_data(self) -> bytes | None:
+        """What goes in CONNECT's ``auth_data``: nothing for ``none`` and for ``tls`` (the
+        certificate is the proof, as Pulsar's ``AuthenticationDataTls`` has no command data)."""
+        return None if self.method in ("none", "tls") else self.data
 
 
 NO_CREDENTIALS = ClientCredentials("none", b"")
@@ -70,7 +81,8 @@ def client_credentials(
             fields = json.loads(params)
             user, password = str(fields["userId"]), str(fields["password"])
             return ClientCredentials("basic", f"{user}:{password}".encode())
-        return ClientCredentials("tls", _certificate_cn(_tls_cert_path(params)).encode())
+        cert, key = _tls_paths(params)
+        return ClientCredentials("tls", _certificate_cn(cert).encode(), cert, key)
     except (ValueError, KeyError, TypeError, OSError) as exc:
         raise CredentialsError(f"{params_key} cannot be used with {plugin}: {exc}") from exc
 
@@ -90,14 +102,19 @@ def _token(params: str) -> str:
     return params
 
 
-def _tls_cert_path(params: str) -> str:
+def _tls_paths(params: str) -> tuple[str, str]:
+    """``tlsCertFile`` and ``tlsKeyFile`` from ``key:value,...`` or JSON (Pulsar's forms)."""
     if params.startswith("{"):
-        return str(json.loads(params)["tlsCertFile"])
-    for item in params.split(","):
-        key, _, value = item.partition(":")
-        if key.strip() == "tlsCertFile":
-            return value.strip()
-    raise ValueError("no tlsCertFile")
+        fields = {str(k): str(v) for k, v in json.loads(params).items()}
+    else:
+        fields = {}
+        for item in params.split(","):
+            key, _, value = item.partition(":")
+            fields[key.strip()] = value.strip()
+    for name in ("tlsCertFile", "tlsKeyFile"):
+        if not fields.get(name):
+            raise ValueError(f"no {name}")
+    return fields["tlsCertFile"], fields["tlsKeyFile"]
 
 
 def _certificate_cn(path: str) -> str:

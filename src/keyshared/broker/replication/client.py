@@ -4,7 +4,8 @@ Built on the sans-IO codec in :mod:`keyshared.protocol` (the official ``pulsar-c
 development dependency only), it speaks the public binary protocol as any client does, so the
 same replicator ships data to a keyshared broker or an Apache Pulsar cluster. It does what the
 replicator needs and nothing more: CONNECT with the cluster's credentials (answering
-AUTH_CHALLENGE with them again), LOOKUP with redirects, PRODUCER, SEND and its receipts in
+AUTH_CHALLENGE with them again; with ``tls`` the proof is the client certificate the TLS context
+presents, see :mod:`.tls`), LOOKUP with redirects, PRODUCER, SEND and its receipts in
 order, PING/PONG, and the client's keep-alive: a remote silent for an interval is pinged, and
 one still silent an interval later is given up (a partitioned or frozen peer keeps its socket
 open: without this the replicator would wait on its receipts for as long as TCP lets it, while
@@ -109,12 +110,11 @@ class RemoteConnection:
             raise RemoteError(f"cannot connect to {url}: {exc!r}") from exc
         conn = cls(reader, writer, url, credentials, keepalive, tls is not None)
         try:
-            method = None if credentials.method == "none" else credentials.method
             conn._write(
                 commands.connect(
                     client_version=CLIENT_VERSION,
-                    auth_method_name=method or "none",
-                    auth_data=credentials.data if method else None,
+                    auth_method_name=credentials.method,
+                    auth_data=credentials.command_data,
                 )
             )
             await asyncio.wait_for(asyncio.shield(conn._connected), timeout)
@@ -252,7 +252,7 @@ class RemoteConnection:
             self._write(
                 commands.auth_response(
                     auth_method_name=self.credentials.method,
-                    auth_data=self.credentials.data,
+                    auth_data=self.credentials.command_data or b"",
                     client_version=CLIENT_VERSION,
                 )
             )

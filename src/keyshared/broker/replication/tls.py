@@ -1,21 +1,34 @@
 """TLS towards a remote cluster, Pulsar's way (``BrokerService.getReplicationClient``).
 
 The replicator speaks TLS to cluster ``c`` when ``c``'s ``ClusterData`` says
-``brokerClientTlsEnabled`` (then with ``c``'s own ``tlsAllowInsecureConnection`` and
-``brokerClientTrustCertsFilePath``), else when the broker's ``brokerClientTlsEnabled`` is set
-(then with the broker's settings of the same names). It connects to ``brokerServiceUrlTls``
+``brokerClientTlsEnabled`` (then with ``c``'s own ``tlsAllowInsecureConnection``,
+``brokerClientTrustCertsFilePath`` and ``brokerClientCertificateFilePath`` /
+``brokerClientKeyFilePath``), else when the broker's ``brokerClientTlsEnabled`` is set (then with
+the broker's settings of the same names). It connects to ``brokerServiceUrlTls``
 (``pulsar+ssl://``) and asks ``serviceUrlTls`` (``https://``) for the remote topic's shape;
 the certificate is checked against the trust file (the system's CAs when none is given), the
 host name only with ``tlsHostnameVerificationEnabled`` (off by default, as in Pulsar).
+
+The client certificate presented in the handshake (the same for the binary protocol and the
+admin API) is the authentication plugin's when it is ``AuthenticationTls`` (the cluster's
+``authenticationPlugin`` or else the broker's ``brokerClientAuthenticationPlugin``, see :func:`remote_credentials`), else the certificate and key files above, else none: in
+Pulsar too the plugin's TLS material wins over the file-based one. ``AuthenticationTls`` to a
+cluster reached without TLS is refused by name rather than sent where it cannot prove anything.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
 
+from keyshared.broker.client_credentials import (
+    NO_CREDENTIALS,
+    ClientCredentials,
+    client_credentials,
+)
 from keyshared.broker.replication.client import RemoteError
 from keyshared.config import BrokerConfig
 
@@ -32,27 +45,93 @@ class RemoteUrls:
     """The TLS context, for both, when the cluster is reached over TLS."""
 
 
+@dataclass(frozen=True, slots=True)
+class _TlsSettings:
+    trust: str
+    insecure: bool
+    cert: str
+    key: str
+
+
 @functools.lru_cache(maxsize=32)
-def client_context(trust_file: str, allow_insecure: bool, verify_hostname: bool) -> ssl.SSLContext:
-    """A client TLS context trusting ``trust_file`` (or the system's CAs)."""
+def client_context(
+    trust_file: str,
+    allow_insecure: bool,
+    verify_hostname: bool,
+    cert_file: str = "",
+    key_file: str = "",
+    files_version: tuple[int, ...] = (),
+) -> ssl.SSLContext:
+    """A client TLS context trusting ``trust_file`` (or the system's CAs) and presenting
+    ``cert_file`` with ``key_file`` when given. ``files_version`` (the files' modification
+    times) is only part of the cache key: a certificate replaced on disk gets a new context."""
+    del files_version
     ctx = ssl.create_default_context(cafile=trust_file or None)
     if allow_insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
     else:
         ctx.check_hostname = verify_hostname
+    if cert_file:
+        ctx.load_cert_chain(cert_file, key_file or None)
     return ctx
 
 
-def remote_urls(name: str, data: dict[str, Any], config: BrokerConfig) -> RemoteUrls:
-    """The URLs and TLS context for cluster ``name`` with ``ClusterData`` ``data``."""
+def _settings(data: dict[str, Any], config: BrokerConfig) -> _TlsSettings | None:
+    """The cluster's TLS settings when it enables TLS, else the broker's, else None."""
     if data.get("brokerClientTlsEnabled"):
-        trust = str(data.get("brokerClientTrustCertsFilePath") or "")
-        insecure = bool(data.get("tlsAllowInsecureConnection"))
-    elif config.brokerClientTlsEnabled:
-        trust = config.brokerClientTrustCertsFilePath
-        insecure = config.tlsAllowInsecureConnection
-    else:
+        return _TlsSettings(
+            str(data.get("brokerClientTrustCertsFilePath") or ""),
+            bool(data.get("tlsAllowInsecureConnection")),
+            str(data.get("brokerClientCertificateFilePath") or ""),
+            str(data.get("brokerClientKeyFilePath") or ""),
+        )
+    if config.brokerClientTlsEnabled:
+        return _TlsSettings(
+            config.brokerClientTrustCertsFilePath,
+            config.tlsAllowInsecureConnection,
+            config.brokerClientCertificateFilePath,
+            config.brokerClientKeyFilePath,
+        )
+    return None
+
+
+def remote_credentials(name: str, data: dict[str, Any], config: BrokerConfig) -> ClientCredentials:
+    """What the replicator presents to cluster ``name``: the cluster's ``authenticationPlugin``
+    with its ``authenticationParameters``, else the broker's ``brokerClientAuthentication*``
+    (raises :class:`~keyshared.broker.client_credentials.CredentialsError` naming a setting it
+    cannot use)."""
+    plugin = str(data.get("authenticationPlugin") or "")
+    if plugin:
+        return client_credentials(
+            plugin,
+            str(data.get("authenticationParameters") or ""),
+            plugin_key=f"cluster {name} authenticationPlugin",
+            params_key=f"cluster {name} authenticationParameters",
+        )
+    return client_credentials(
+        config.brokerClientAuthenticationPlugin,
+        config.brokerClientAuthenticationParameters,
+        plugin_key="brokerClientAuthenticationPlugin",
+        params_key="brokerClientAuthenticationParameters",
+    )
+
+
+def remote_urls(
+    name: str,
+    data: dict[str, Any],
+    config: BrokerConfig,
+    credentials: ClientCredentials = NO_CREDENTIALS,
+) -> RemoteUrls:
+    """The URLs and TLS context for cluster ``name`` with ``ClusterData`` ``data``, presenting
+    ``credentials`` there (see the module docstring)."""
+    settings = _settings(data, config)
+    if settings is None:
+        if credentials.method == "tls":
+            raise RemoteError(
+                f"cluster {name}: AuthenticationTls needs TLS towards it "
+                "(brokerClientTlsEnabled and brokerServiceUrlTls)"
+            )
         url = str(data.get("brokerServiceUrl") or "")
         if not url:
             raise RemoteError(f"cluster {name} has no brokerServiceUrl")
@@ -60,8 +139,23 @@ def remote_urls(name: str, data: dict[str, Any], config: BrokerConfig) -> Remote
     url = str(data.get("brokerServiceUrlTls") or "")
     if not url:
         raise RemoteError(f"cluster {name} has no brokerServiceUrlTls (TLS is enabled)")
+    cert, key = settings.cert, settings.key
+    if credentials.method == "tls":
+        cert, key = credentials.cert_file, credentials.key_file
+    elif bool(cert) != bool(key):
+        missing = "brokerClientKeyFilePath" if cert else "brokerClientCertificateFilePath"
+        raise RemoteError(f"cluster {name}: {missing} is not set (both or neither)")
     try:
-        ctx = client_context(trust, insecure, config.tlsHostnameVerificationEnabled)
+        version = tuple(os.stat(f).st_mtime_ns for f in (settings.trust, cert, key) if f)
+        ctx = client_context(
+            settings.trust,
+            settings.insecure,
+            config.tlsHostnameVerificationEnabled,
+            cert,
+            key,
+            version,
+        )
     except (OSError, ssl.SSLError) as exc:
-        raise RemoteError(f"cluster {name}: trust certificates {trust!r}: {exc}") from exc
+        files = ", ".join(repr(f) for f in (settings.trust, cert, key) if f)
+        raise RemoteError(f"cluster {name}: TLS files {files}: {exc}") from exc
     return RemoteUrls(url, str(data.get("serviceUrlTls") or ""), ctx)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from keyshared.broker.client_credentials import ClientCredentials, client_credentials
+from keyshared.broker.client_credentials import ClientCredentials
 from keyshared.broker.replication.client import RemoteError
 from keyshared.broker.replication.decisions import (
     inbound_cluster,
@@ -24,7 +24,7 @@ from keyshared.broker.replication.decisions import (
 from keyshared.broker.replication.policy import effective_replication_clusters
 from keyshared.broker.replication.remote_topic import ensure_remote_topic
 from keyshared.broker.replication.replicator import Replicator
-from keyshared.broker.replication.tls import RemoteUrls, remote_urls
+from keyshared.broker.replication.tls import RemoteUrls, remote_credentials, remote_urls
 from keyshared.broker.topic_common import producer_stats
 from keyshared.storage.cursor import ManagedCursor
 from keyshared.storage.position import LATEST
@@ -98,30 +98,13 @@ class TopicReplication:
         data = self.topic.service.clusters.get(remote)
         if data is None:
             raise RemoteError(f"cluster {remote} is not registered")
-        return remote_urls(remote, data, self.topic.config)
+        return remote_urls(remote, data, self.topic.config, self.credentials(remote))
 
     def credentials(self, remote: str) -> ClientCredentials:
-        """What the replicator presents to cluster ``remote``."""
+        """What the replicator presents to cluster ``remote`` (with ``AuthenticationTls``, the
+        certificate its TLS context presents: :mod:`.tls`)."""
         data = self.topic.service.clusters.get(remote) or {}
-        plugin = str(data.get("authenticationPlugin") or "")
-        if plugin:
-            creds = client_credentials(
-                plugin,
-                str(data.get("authenticationParameters") or ""),
-                plugin_key=f"cluster {remote} authenticationPlugin",
-                params_key=f"cluster {remote} authenticationParameters",
-            )
-        else:
-            cfg = self.topic.config
-            creds = client_credentials(
-                cfg.brokerClientAuthenticationPlugin,
-                cfg.brokerClientAuthenticationParameters,
-                plugin_key="brokerClientAuthenticationPlugin",
-                params_key="brokerClientAuthenticationParameters",
-            )
-        if creds.method == "tls":
-            raise RemoteError(f"cluster {remote}: TLS client authentication is not supported yet")
-        return creds
+        return remote_credentials(remote, data, self.topic.config)
 
     async def prepare_remote(self, remote: str) -> None:
         """Make this topic exist on ``remote``, shaped as here (:mod:`.remote_topic`), when
