@@ -150,7 +150,7 @@ def test_namespace_body_refuses_what_it_cannot_honour_by_name(broker: BrokerProc
     assert broker.admin("GET", path)[0] == 404
 
 
-def test_proxy_settings_the_replicator_cannot_honour_are_refused_by_name(
+def test_proxy_and_tls_settings_the_replicator_cannot_honour_are_refused_by_name(
     broker: BrokerProcess,
 ) -> None:
     sni = {
@@ -176,10 +176,17 @@ def test_proxy_settings_the_replicator_cannot_honour_are_refused_by_name(
             "SNI cannot carry the IP address 10.1.2.3",
         ),
     ]
+    tls = ["brokerClientTlsEnabledWithKeyStore", "brokerClientSslFactoryPlugin"]
+    bad += [
+        ({tls[0]: True, "brokerClientTlsEnabled": True}, f"{tls[0]} is not supported"),
+        ({tls[1]: "com.example.MySslFactory"}, f"{tls[1]} com.example.MySslFactory"),
+    ]
     for change, reason in bad:
         status, body = broker.admin("PUT", path, {**sni, **change})
         assert status == 400 and reason in body["reason"], (change, status, body)
     assert broker.admin("GET", path)[0] == 404  # nothing half-stored
+    # What pulsar-admin sends by default is fine.
+    sni = {**sni, tls[0]: False, tls[1]: "org.apache.pulsar.common.util.DefaultPulsarSslFactory"}
     assert broker.admin("PUT", path, sni) == (204, None)
     assert ok(broker, "GET", path) == sni
     # An update is checked the same way.

@@ -4,7 +4,8 @@ Bodies are Pulsar's ``ClusterData`` JSON. Status codes and reasons follow Pulsar
 ``ClustersBase``: 409 "Cluster already exists" on PUT, 404 "Cluster does not exist", 412
 "Cluster not empty" when deleting a cluster a tenant allows or a namespace replicates to, 412
 "Cluster name is not valid", 400 for a bad URL. A field ``ClusterData`` does not have is refused
-by name (400), never dropped, and so is a proxy setting the replicator could not honour:
+by name (400), never dropped, and so are key stores and custom SSL factories (the replicator
+reads PEM files) and a proxy setting the replicator could not honour:
 ``proxyProtocol`` is ``SNI`` (Pulsar's only one) and goes with a ``proxyServiceUrl`` and the
 other way round (Pulsar ignores either alone), SNI routing is a TLS extension (a
 ``pulsar+ssl://`` proxy, a ``brokerServiceUrlTls`` to reach) and carries host names only (RFC
@@ -49,6 +50,8 @@ _PROXY_URL_ERROR = (
     "Illegal proxy service url, example: pulsar+ssl://ats-proxy.example.com:4443 "
     "or pulsar://ats-proxy.example.com:4080"
 )
+DEFAULT_SSL_FACTORY = "org.apache.pulsar.common.util.DefaultPulsarSslFactory"
+"""Pulsar's default ``brokerClientSslFactoryPlugin`` (what the replicator does anyway)."""
 PROXY_PROTOCOLS = ("SNI",)
 """Pulsar's ``ProxyProtocol`` values."""
 _BOOLEAN_FIELDS = frozenset(
@@ -81,7 +84,26 @@ def cluster_data(body: Any) -> dict[str, Any]:
             raise RestError(400, scheme[1])
         data[key] = value
     _check_proxy(data)
+    _check_tls_material(data)
     return data
+
+
+def _check_tls_material(data: dict[str, Any]) -> None:
+    """Refuse (400, by name) TLS material the replicator cannot load (it reads PEM files)."""
+    if data.get("brokerClientTlsEnabledWithKeyStore"):
+        raise RestError(
+            400,
+            "brokerClientTlsEnabledWithKeyStore is not supported: key stores cannot be read "
+            "here; use brokerClientTrustCertsFilePath, brokerClientCertificateFilePath and "
+            "brokerClientKeyFilePath (PEM)",
+        )
+    plugin = data.get("brokerClientSslFactoryPlugin")
+    if plugin and plugin != DEFAULT_SSL_FACTORY:
+        raise RestError(
+            400,
+            f"brokerClientSslFactoryPlugin {plugin} is not supported "
+            f"(only {DEFAULT_SSL_FACTORY}, the PEM files)",
+        )
 
 
 def _check_proxy(data: dict[str, Any]) -> None:
