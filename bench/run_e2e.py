@@ -203,6 +203,8 @@ def _error_record(name: str, error: BaseException) -> dict[str, Any]:
 def run_startup(names: list[str], scratch: Path) -> dict[str, list[dict[str, Any]]]:
     """Interleaved start-up samples per broker."""
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    if "keyshared" in names:
+        brokers.compile_keyshared()
     for _ in range(STARTUP_SAMPLES):
         for name in names:
             try:

@@ -40,6 +40,12 @@ MODULES: tuple[str, ...] = (
     "keyshared.broker.dispatch.nonpersistent",
     "keyshared.broker.dispatch.unacked",
     "keyshared.storage.cursor_codec",
+    "keyshared.storage.cursor_state",
+    "keyshared.storage.cursor_persistence",
+    "keyshared.storage.cursor_acks",
+    "keyshared.storage.cursor_reads",
+    "keyshared.storage.cursor_moves",
+    "keyshared.storage.cursor_config",
     "keyshared.storage.cursor",
 )
 

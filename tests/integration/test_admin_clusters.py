@@ -148,3 +148,49 @@ def test_namespace_body_refuses_what_it_cannot_honour_by_name(broker: BrokerProc
     assert status == 412 and "KeyShared" in body["reason"]
     # Nothing was created by the refused calls.
     assert broker.admin("GET", path)[0] == 404
+
+
+def test_proxy_and_tls_settings_the_replicator_cannot_honour_are_refused_by_name(
+    broker: BrokerProcess,
+) -> None:
+    sni = {
+        "serviceUrl": "http://remote.example.com:8080",
+        "brokerServiceUrlTls": "pulsar+ssl://broker.remote.example.com:6651",
+        "proxyServiceUrl": "pulsar+ssl://ats-proxy.example.com:4443",
+        "proxyProtocol": "SNI",
+    }
+    name = f"sni-{uuid.uuid4().hex[:8]}"
+    path = f"/admin/v2/clusters/{name}"
+    bad = [
+        ({"proxyServiceUrl": "http://ats-proxy.example.com:4443"}, "Illegal proxy service url"),
+        ({"proxyProtocol": "HTTP_CONNECT"}, "Illegal proxyProtocol HTTP_CONNECT"),
+        ({"proxyServiceUrl": None}, "proxyProtocol SNI needs a proxyServiceUrl"),
+        ({"proxyProtocol": None}, "proxyServiceUrl needs a proxyProtocol"),
+        (
+            {"proxyServiceUrl": "pulsar://ats-proxy.example.com:4080"},
+            "proxyServiceUrl must be pulsar+ssl://",
+        ),
+        ({"brokerServiceUrlTls": None}, "proxyProtocol SNI needs a brokerServiceUrlTls"),
+        (
+            {"brokerServiceUrlTls": "pulsar+ssl://10.1.2.3:6651"},
+            "SNI cannot carry the IP address 10.1.2.3",
+        ),
+    ]
+    tls = ["brokerClientTlsEnabledWithKeyStore", "brokerClientSslFactoryPlugin"]
+    bad += [
+        ({tls[0]: True, "brokerClientTlsEnabled": True}, f"{tls[0]} is not supported"),
+        ({tls[1]: "com.example.MySslFactory"}, f"{tls[1]} com.example.MySslFactory"),
+    ]
+    for change, reason in bad:
+        status, body = broker.admin("PUT", path, {**sni, **change})
+        assert status == 400 and reason in body["reason"], (change, status, body)
+    assert broker.admin("GET", path)[0] == 404  # nothing half-stored
+    # What pulsar-admin sends by default is fine.
+    sni = {**sni, tls[0]: False, tls[1]: "org.apache.pulsar.common.util.DefaultPulsarSslFactory"}
+    assert broker.admin("PUT", path, sni) == (204, None)
+    assert ok(broker, "GET", path) == sni
+    # An update is checked the same way.
+    status, body = broker.admin("POST", path, {**sni, "proxyProtocol": "sni"})
+    assert status == 400 and "Illegal proxyProtocol sni" in body["reason"]
+    assert ok(broker, "GET", path) == sni
+    assert broker.admin("DELETE", path) == (204, None)

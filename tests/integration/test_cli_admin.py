@@ -103,6 +103,15 @@ def test_clusters_create_get_update_delete(fresh_broker: BrokerProcess) -> None:
         "serviceUrl": "http://east2:8080",
         "authenticationPlugin": "p",
     }
+    sni = ["--broker-url-secure", "pulsar+ssl://east:6651", "--proxy-url", "pulsar+ssl://p:4443"]
+    refused = run(b, "clusters", "update", "east", *sni, expect=1)
+    assert "proxyServiceUrl needs a proxyProtocol" in refused.stderr
+    run(b, "clusters", "update", "east", *sni, "--proxy-protocol", "SNI")
+    assert out_json(run(b, "clusters", "get", "east")) == {
+        "brokerServiceUrlTls": "pulsar+ssl://east:6651",
+        "proxyServiceUrl": "pulsar+ssl://p:4443",
+        "proxyProtocol": "SNI",
+    }
     assert lines(run(b, "clusters", "list")) == ["east", "standalone"]
     run(b, "clusters", "delete", "east")
     assert "Cluster does not exist" in run(b, "clusters", "get", "east", expect=1).stderr

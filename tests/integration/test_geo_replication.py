@@ -101,6 +101,7 @@ def test_messages_arrive_intact_in_order_and_never_loop(
             producer.send(
                 f"m{i}".encode(),
                 partition_key=f"k{i % 3}",
+                ordering_key=f"o{i % 2}",
                 properties={"i": str(i)},
                 event_timestamp=1_000_000 + i,
             )
@@ -125,6 +126,7 @@ def test_messages_arrive_intact_in_order_and_never_loop(
     for i, m in enumerate(plain):
         assert m.partition_key() == f"k{i % 3}"
         assert m.properties() == {"i": str(i)}
+        assert m.ordering_key() == f"o{i % 2}"
         assert m.event_timestamp() == 1_000_000 + i
         assert m.producer_name() == "app-1"
     batched = [m.data() for m in got if m.data().startswith(b"b")]
@@ -133,6 +135,21 @@ def test_messages_arrive_intact_in_order_and_never_loop(
     # Nothing comes back to ca: it holds what it stored, once.
     back = _read_all(a, topic, 53, timeout=10)
     assert len(back) == 53
+    # The publish time is the original one, and batches arrive as they were stored (not
+    # re-batched): the same messages share an entry on both sides.
+    published = {m.data(): m.publish_timestamp() for m in back}
+    assert all(m.publish_timestamp() == published[m.data()] for m in got)
+
+    def entries(msgs: list[Any]) -> list[list[bytes]]:
+        runs: dict[tuple[int, int], list[bytes]] = {}
+        for m in msgs:
+            if m.data().startswith(b"b"):
+                mid = m.message_id()
+                runs.setdefault((mid.ledger_id(), mid.entry_id()), []).append(m.data())
+        return list(runs.values())
+
+    assert entries(got) == entries(back)
+    assert max(len(run) for run in entries(got)) > 1
     stats = ok(a, "GET", f"/admin/v2/persistent/{topic[len('persistent://') :]}/stats")
     rep = stats["replication"]["cb"]
     assert rep["connected"] is True and rep["replicationBacklog"] == 0

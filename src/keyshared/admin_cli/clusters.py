@@ -21,6 +21,8 @@ def _data(
     broker_url_secure: str | None,
     auth_plugin: str | None,
     auth_parameters: str | None,
+    proxy_url: str | None = None,
+    proxy_protocol: str | None = None,
 ) -> dict[str, Any]:
     """``ClusterData`` from pulsar-admin's flags (unset flags are left out)."""
     fields = {
@@ -30,6 +32,8 @@ def _data(
         "brokerServiceUrlTls": broker_url_secure,
         "authenticationPlugin": auth_plugin,
         "authenticationParameters": auth_parameters,
+        "proxyServiceUrl": proxy_url,
+        "proxyProtocol": proxy_protocol,
     }
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -42,6 +46,10 @@ _BROKER_URL_SECURE = typer.Option(
 )
 _AUTH_PLUGIN = typer.Option(None, "--auth-plugin", help="authentication plugin class")
 _AUTH_PARAMETERS = typer.Option(None, "--auth-parameters", help="authentication parameters")
+_PROXY_URL = typer.Option(
+    None, "--proxy-url", help="SNI proxy the replicator connects through (pulsar+ssl://...)"
+)
+_PROXY_PROTOCOL = typer.Option(None, "--proxy-protocol", help="proxy protocol (SNI)")
 
 
 @app.command("list")
@@ -68,10 +76,21 @@ def create_cluster(
     broker_url_secure: str | None = _BROKER_URL_SECURE,
     auth_plugin: str | None = _AUTH_PLUGIN,
     auth_parameters: str | None = _AUTH_PARAMETERS,
+    proxy_url: str | None = _PROXY_URL,
+    proxy_protocol: str | None = _PROXY_PROTOCOL,
 ) -> None:
     """Create a cluster."""
     http: AdminHttp = ctx.obj
-    body = _data(url, url_secure, broker_url, broker_url_secure, auth_plugin, auth_parameters)
+    body = _data(
+        url,
+        url_secure,
+        broker_url,
+        broker_url_secure,
+        auth_plugin,
+        auth_parameters,
+        proxy_url,
+        proxy_protocol,
+    )
     http.call("PUT", f"/admin/v2/clusters/{seg(cluster)}", body)
 
 
@@ -85,10 +104,21 @@ def update_cluster(
     broker_url_secure: str | None = _BROKER_URL_SECURE,
     auth_plugin: str | None = _AUTH_PLUGIN,
     auth_parameters: str | None = _AUTH_PARAMETERS,
+    proxy_url: str | None = _PROXY_URL,
+    proxy_protocol: str | None = _PROXY_PROTOCOL,
 ) -> None:
     """Replace a cluster's configuration."""
     http: AdminHttp = ctx.obj
-    body = _data(url, url_secure, broker_url, broker_url_secure, auth_plugin, auth_parameters)
+    body = _data(
+        url,
+        url_secure,
+        broker_url,
+        broker_url_secure,
+        auth_plugin,
+        auth_parameters,
+        proxy_url,
+        proxy_protocol,
+    )
     http.call("POST", f"/admin/v2/clusters/{seg(cluster)}", body)
 
 

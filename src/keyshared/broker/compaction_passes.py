@@ -21,9 +21,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import cast
 
-import crc32c
-
 from keyshared.broker.compacted_view import CompactedEntry
+from keyshared.crc import crc32c
 from keyshared.protocol import pulsar_api_pb2 as pb
 from keyshared.protocol.errors import MalformedFrame, UnsupportedCompression
 from keyshared.protocol.metadata import decompress, encode_payload_section, split_payload
@@ -243,7 +242,7 @@ async def _pass_two(
                     if bits != item.mask:
                         rewritten = rewrite_batch(data, bits)
                         if rewritten is not None:
-                            data, checksum = rewritten, crc32c.crc32c(rewritten)
+                            data, checksum = rewritten, crc32c(rewritten)
                             stats.rewritten_batches += 1
             write(item.position, data, checksum, mask)
             stats.kept_entries += 1

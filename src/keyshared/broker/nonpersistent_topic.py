@@ -18,8 +18,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from crc32c import crc32c
-
 from keyshared.broker import limits
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dispatch.nonpersistent import NonPersistentDispatcher, new_dispatcher
@@ -39,6 +37,7 @@ from keyshared.broker.topic_common import (
     unsubscribe,
 )
 from keyshared.broker.topic_name import TopicName, check_partition_index
+from keyshared.crc import crc32c
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 

@@ -54,6 +54,7 @@ class BrokerRateLimits:
         )
         self._clock = clock
         self._cache: dict[tuple[str, str, str], tuple[int, Rate]] = {}
+        self._publish_rates: dict[str, tuple[int, Rate]] = {}
 
     def _rate(self, name: TopicName, policy: str, subscription: str = "") -> Rate:
         key = (name.full, policy, subscription)
@@ -72,9 +73,20 @@ class BrokerRateLimits:
     # --- publish ---------------------------------------------------------------------------
     def on_publish(self, name: TopicName, conn: Throttleable, msgs: int, nbytes: int) -> None:
         """A send of ``msgs`` messages, ``nbytes`` bytes to ``name`` arrived on ``conn``."""
-        self.publish.on_publish(
-            name.full, self._rate(name, "publishRate"), conn, max(msgs, 1), nbytes
-        )
+        # Every send passes here: the topic's resolved publish rate is looked up by its name
+        # alone (no key tuple), and when nothing limits publishing at all (no broker-wide
+        # limit, no topic limiter, this topic unlimited) there is nothing to account.
+        full = name.full
+        held = self._publish_rates.get(full)
+        if held is not None and held[0] == self.policies.generation:
+            rate = held[1]
+        else:
+            rate = self._rate(name, "publishRate")
+            self._publish_rates[full] = (self.policies.generation, rate)
+        publish = self.publish
+        if publish.broker is None and not rate.limited and not publish.has_topic_limiters:
+            return
+        publish.on_publish(full, rate, conn, max(msgs, 1), nbytes)
 
     def publish_limited_times(self, name: TopicName) -> int:
         """Sends to ``name`` that overdrew a publish limit (``publishRateLimitedTimes``)."""
@@ -109,3 +121,4 @@ class BrokerRateLimits:
         self.dispatch.forget(name.full)
         for key in [k for k in self._cache if k[0] == name.full]:
             del self._cache[key]
+        self._publish_rates.pop(name.full, None)

@@ -294,6 +294,11 @@ class PublishLimits:
         self._topics: dict[str, PublishRateLimiter] = {}
         self._limited_times: dict[str, int] = {}
 
+    @property
+    def has_topic_limiters(self) -> bool:
+        """Whether any topic has a publish limiter now."""
+        return bool(self._topics)
+
     def topic_limiter(self, topic: str, rate: Rate) -> PublishRateLimiter | None:
         """``topic``'s limiter for ``rate`` (made, replaced or dropped as the rate says)."""
         current = self._topics.get(topic)

@@ -199,8 +199,12 @@ class FrameDecoder:
             raise MalformedFrame(
                 f"command size {cmd_size} exceeds the frame's {end - cmd_start} remaining bytes"
             )
-        command = _BaseCommand()
         fields: tuple[int, int, int, int | None] | None = None
+        if sends:
+            fields = _plain_send(buf, cmd_start, cmd_end)
+            if fields is not None:
+                return self._send_payload(buf, fields, cmd_end, end)
+        command = _BaseCommand()
         # Temporary memoryview slices die right after use, so the bytearray is never left with a
         # live export (which would make the next resize raise BufferError).
         with memoryview(buf) as view:
@@ -242,6 +246,99 @@ class FrameDecoder:
         if fields is not None:
             return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
         return Frame(command, payload, checksum, checksum_ok)
+
+    @staticmethod
+    def _send_payload(
+        buf: bytearray, fields: tuple[int, int, int, int | None], pos: int, end: int
+    ) -> SendFrame:
+        """The rest of a SEND whose command :func:`_plain_send` read: the same checks and
+        values as :meth:`_decode`'s (a SEND needs a payload; a broker entry metadata section
+        is skipped; the checksum is verified)."""
+        if pos == end:
+            raise MalformedFrame("SEND without a payload")
+        with memoryview(buf) as view:
+            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_BROKER_ENTRY_METADATA:
+                if end - pos < 6:
+                    raise MalformedFrame("truncated broker entry metadata header")
+                (_, bem_size) = _MAGIC_U32.unpack_from(buf, pos)
+                pos += 6 + bem_size
+                if pos > end:
+                    raise MalformedFrame("broker entry metadata runs past the end of the frame")
+            checksum: int | None = None
+            checksum_ok = True
+            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_CRC32C:
+                if end - pos < 6:
+                    raise MalformedFrame("truncated checksum")
+                (_, checksum) = _MAGIC_U32.unpack_from(buf, pos)
+                pos += 6
+                checksum_ok = crc32c(view[pos:end]) == checksum
+            payload = bytes(view[pos:end])
+        return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
+
+
+_U64_LIMIT = 1 << 64
+_I32_LIMIT = 1 << 31
+
+
+def _plain_send(buf: bytearray, start: int, end: int) -> tuple[int, int, int, int | None] | None:
+    """The fields of a SEND command in its common shape, read straight from the bytes.
+
+    Every SEND passes here, so the usual one is read without building a ``BaseCommand`` (the
+    upb parse, the required-field check and the field reads were a fifth of the loop's time per
+    unbatched message). The shape: ``BaseCommand`` holding only ``type = SEND`` then ``send``
+    (field 6, under 128 bytes), whose fields are only ``producer_id``, ``sequence_id``,
+    ``num_messages`` and ``highest_sequence_id``, with both required ones present, each a
+    plain varint in range. Anything else (other fields, a transaction, a chunk, a marker, a
+    message id, odd encodings) returns None, and the full parse decides, so what is accepted
+    and what is refused is exactly as before; a field given twice takes the last value, as
+    protobuf does.
+    """
+    # 0x08 0x06: field 1 (type) = 6 (SEND); 0x32: field 6 (send), length-delimited.
+    if end - start < 8 or buf[start] != 0x08 or buf[start + 1] != 0x06 or buf[start + 2] != 0x32:
+        return None
+    size = buf[start + 3]
+    if size & 0x80 or start + 4 + size != end:
+        return None
+    pos = start + 4
+    producer_id: int | None = None
+    sequence_id: int | None = None
+    highest: int | None = None
+    num_messages = 1
+    while pos < end:
+        if pos + 1 >= end:
+            return None
+        tag = buf[pos]
+        value = buf[pos + 1]
+        pos += 2
+        if value & 0x80:
+            value &= 0x7F
+            shift = 7
+            while True:
+                if pos >= end or shift > 63:
+                    return None
+                byte = buf[pos]
+                pos += 1
+                value |= (byte & 0x7F) << shift
+                if not byte & 0x80:
+                    break
+                shift += 7
+            if value >= _U64_LIMIT:
+                return None
+        if tag == 0x08:
+            producer_id = value
+        elif tag == 0x10:
+            sequence_id = value
+        elif tag == 0x18:
+            if value >= _I32_LIMIT:  # a negative int32: let protobuf say what it is
+                return None
+            num_messages = value
+        elif tag == 0x30:
+            highest = value
+        else:
+            return None
+    if producer_id is None or sequence_id is None:
+        return None
+    return (producer_id, sequence_id, num_messages, highest)
 
 
 def _check_command(command: pb.BaseCommand, buf: bytearray, start: int, end: int) -> None:

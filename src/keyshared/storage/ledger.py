@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import orjson
-from crc32c import crc32c
 
+from keyshared.crc import crc32c
 from keyshared.storage.cache import Bucket, EntryCache
 from keyshared.storage.config import StorageConfig
 from keyshared.storage.disk import DiskMonitor

@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import crc32c
-
+from keyshared.crc import crc32c
 from keyshared.storage.entry import Entry
 from keyshared.storage.position import Position
 
@@ -48,7 +47,7 @@ class InMemoryLedger:
         """Append ``data``; returns its position. Listeners are told synchronously."""
         cur = self._entries[-1]
         pos = Position(self._ids[-1], len(cur))
-        cur.append(Entry(pos, data, crc32c.crc32c(data)))
+        cur.append(Entry(pos, data, crc32c(data)))
         if self.max_entries_per_ledger is not None and len(cur) >= self.max_entries_per_ledger:
             self.roll_ledger()
         for cb in list(self._listeners):

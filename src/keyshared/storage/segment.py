@@ -35,8 +35,7 @@ from collections.abc import Callable
 from itertools import islice, repeat
 from pathlib import Path
 
-from crc32c import crc32c
-
+from keyshared.crc import crc32c
 from keyshared.storage.entry import Entry
 from keyshared.storage.errors import StorageError
 from keyshared.storage.position import Position

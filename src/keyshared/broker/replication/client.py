@@ -89,25 +89,31 @@ class RemoteConnection:
         timeout: float = 10.0,
         keepalive: float = KEEPALIVE_SECONDS,
         tls: ssl.SSLContext | None = None,
+        proxy: tuple[str, int] | None = None,
     ) -> RemoteConnection:
         """Connect to ``pulsar://host:port`` (``pulsar+ssl://`` with ``tls``) and complete the
-        CONNECT handshake."""
+        CONNECT handshake; with an SNI ``proxy`` (TLS only) the TCP connection goes to the
+        proxy and the URL's host is the TLS server name it routes by."""
         parsed = urlparse(url)
         scheme = "pulsar+ssl" if tls is not None else "pulsar"
         if parsed.scheme != scheme or not parsed.hostname or not parsed.port:
             raise RemoteError(f"unsupported broker service URL {url!r} ({scheme}://host:port)")
+        if proxy is not None and tls is None:
+            raise RemoteError(f"{url}: an SNI proxy needs TLS")
+        host, port = proxy if proxy is not None else (parsed.hostname, parsed.port)
+        via = f" through the SNI proxy {host}:{port}" if proxy is not None else ""
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(
-                    parsed.hostname,
-                    parsed.port,
+                    host,
+                    port,
                     ssl=tls,
                     server_hostname=parsed.hostname if tls is not None else None,
                 ),
                 timeout,
             )
         except (TimeoutError, OSError) as exc:
-            raise RemoteError(f"cannot connect to {url}: {exc!r}") from exc
+            raise RemoteError(f"cannot connect to {url}{via}: {exc!r}") from exc
         conn = cls(reader, writer, url, credentials, keepalive, tls is not None)
         try:
             conn._write(
@@ -330,10 +336,12 @@ async def connect_for_topic(
     timeout: float = 10.0,
     keepalive: float = KEEPALIVE_SECONDS,
     tls: ssl.SSLContext | None = None,
+    proxy: tuple[str, int] | None = None,
 ) -> RemoteConnection:
     """A connection to the broker of the remote cluster at ``url`` that serves ``topic``,
-    following lookup redirects as the clients do (to TLS URLs over TLS)."""
-    conn = await RemoteConnection.open(url, credentials, timeout, keepalive, tls)
+    following lookup redirects as the clients do (to TLS URLs over TLS, each through the SNI
+    ``proxy`` when there is one)."""
+    conn = await RemoteConnection.open(url, credentials, timeout, keepalive, tls, proxy)
     for _ in range(MAX_REDIRECTS):
         try:
             target, _authoritative = await conn.lookup(topic, timeout)
@@ -343,6 +351,6 @@ async def connect_for_topic(
         if target is None:
             return conn
         conn.close()
-        conn = await RemoteConnection.open(target, credentials, timeout, keepalive, tls)
+        conn = await RemoteConnection.open(target, credentials, timeout, keepalive, tls, proxy)
     conn.close()
     raise RemoteError(f"lookup of {topic} redirected more than {MAX_REDIRECTS} times")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -41,6 +40,7 @@ from keyshared.broker.replication.decisions import (
     replicator_producer_name,
     should_forward,
 )
+from keyshared.broker.replication.tls import RemoteUrls
 from keyshared.broker.topic_common import iso_time
 from keyshared.protocol import ProtocolError, split_payload
 from keyshared.protocol.metadata import num_messages
@@ -86,7 +86,7 @@ class Replicator:
         backoff: Backoff | None = None,
         keepalive: float = KEEPALIVE_SECONDS,
         prepare: Callable[[], Awaitable[None]] | None = None,
-        tls: Callable[[], ssl.SSLContext | None] | None = None,
+        route: Callable[[], RemoteUrls] | None = None,
     ) -> None:
         self.topic = topic
         self.local = local
@@ -99,8 +99,9 @@ class Replicator:
         self.keepalive = keepalive
         # Run before each connection: makes the topic exist on the remote (remote_topic.py).
         self.prepare = prepare
-        # The TLS context for a pulsar+ssl target (replication/tls.py), read with the target.
-        self.tls = tls
+        # How the target is reached (replication/tls.py: the TLS context for a pulsar+ssl
+        # target, an SNI proxy), read with the target at each connection.
+        self.route = route
         self.producer_name = replicator_producer_name(local, remote)
         self.connected = False
         self.connected_since: float | None = None
@@ -137,11 +138,16 @@ class Replicator:
             conn: RemoteConnection | None = None
             try:
                 url, credentials = self.target()
-                tls = self.tls() if self.tls is not None else None
+                route = self.route() if self.route is not None else None
                 if self.prepare is not None:
                     await self.prepare()
                 conn = await connect_for_topic(
-                    url, self.topic, credentials, keepalive=self.keepalive, tls=tls
+                    url,
+                    self.topic,
+                    credentials,
+                    keepalive=self.keepalive,
+                    tls=route.ssl if route is not None else None,
+                    proxy=route.proxy if route is not None else None,
                 )
                 await conn.create_producer(self.topic, 1, self.producer_name)
                 self.sessions += 1

@@ -7,7 +7,11 @@ The replicator speaks TLS to cluster ``c`` when ``c``'s ``ClusterData`` says
 the broker's settings of the same names). It connects to ``brokerServiceUrlTls``
 (``pulsar+ssl://``) and asks ``serviceUrlTls`` (``https://``) for the remote topic's shape;
 the certificate is checked against the trust file (the system's CAs when none is given), the
-host name only with ``tlsHostnameVerificationEnabled`` (off by default, as in Pulsar).
+host name only with ``tlsHostnameVerificationEnabled`` (off by default, as in Pulsar). With
+``proxyServiceUrl`` and ``proxyProtocol`` ``SNI`` (PIP-60) every binary-protocol connection
+goes to the proxy instead, the broker's host (``brokerServiceUrlTls``, or where a lookup
+redirects) sent as the TLS SNI for the proxy to route by; the admin API is asked directly, as
+Pulsar's cluster admin client does.
 
 The client certificate presented in the handshake (the same for the binary protocol and the
 admin API) is the authentication plugin's when it is ``AuthenticationTls`` (the cluster's
@@ -23,6 +27,7 @@ import os
 import ssl
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from keyshared.broker.client_credentials import (
     NO_CREDENTIALS,
@@ -31,6 +36,9 @@ from keyshared.broker.client_credentials import (
 )
 from keyshared.broker.replication.client import RemoteError
 from keyshared.config import BrokerConfig
+
+DEFAULT_TLS_PORT = 6651
+"""``pulsar+ssl://``'s port when a URL names none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,9 @@ class RemoteUrls:
     """``http://`` or ``https://`` (empty: not known, no remote topic creation)."""
     ssl: ssl.SSLContext | None
     """The TLS context, for both, when the cluster is reached over TLS."""
+    proxy: tuple[str, int] | None = None
+    """An SNI-routing proxy (``proxyServiceUrl`` with ``proxyProtocol`` SNI): the replicator's
+    TCP connections go there, the broker's host name travels as the TLS SNI."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +138,12 @@ def remote_urls(
     ``credentials`` there (see the module docstring)."""
     settings = _settings(data, config)
     if settings is None:
+        if data.get("proxyProtocol") == "SNI" and data.get("proxyServiceUrl"):
+            # Pulsar's client then warns and connects around the proxy; a broker behind an
+            # SNI proxy is seldom reachable that way, so say why instead.
+            raise RemoteError(
+                f"cluster {name}: proxyProtocol SNI needs TLS towards it (brokerClientTlsEnabled)"
+            )
         if credentials.method == "tls":
             raise RemoteError(
                 f"cluster {name}: AuthenticationTls needs TLS towards it "
@@ -139,6 +156,7 @@ def remote_urls(
     url = str(data.get("brokerServiceUrlTls") or "")
     if not url:
         raise RemoteError(f"cluster {name} has no brokerServiceUrlTls (TLS is enabled)")
+    proxy = _sni_proxy(data)
     cert, key = settings.cert, settings.key
     if credentials.method == "tls":
         cert, key = credentials.cert_file, credentials.key_file
@@ -158,4 +176,16 @@ def remote_urls(
     except (OSError, ssl.SSLError) as exc:
         files = ", ".join(repr(f) for f in (settings.trust, cert, key) if f)
         raise RemoteError(f"cluster {name}: TLS files {files}: {exc}") from exc
-    return RemoteUrls(url, str(data.get("serviceUrlTls") or ""), ctx)
+    return RemoteUrls(url, str(data.get("serviceUrlTls") or ""), ctx, proxy)
+
+
+def _sni_proxy(data: dict[str, Any]) -> tuple[str, int] | None:
+    """The SNI proxy's address, when the cluster names one (the admin API checked the
+    combination; the binary protocol's port is the default one)."""
+    url = str(data.get("proxyServiceUrl") or "")
+    if data.get("proxyProtocol") != "SNI" or not url:
+        return None
+    parsed = urlparse(url)
+    if not parsed.hostname:
+        raise RemoteError(f"proxyServiceUrl {url!r} has no host")
+    return parsed.hostname, parsed.port or DEFAULT_TLS_PORT

@@ -68,7 +68,7 @@ class TopicReplication:
                 target=lambda remote=remote: self.target(remote),  # type: ignore[misc]
                 keepalive=float(self.topic.config.keepAliveIntervalSeconds),
                 prepare=lambda remote=remote: self.prepare_remote(remote),  # type: ignore[misc]
-                tls=lambda remote=remote: self.urls(remote).ssl,  # type: ignore[misc]
+                route=lambda remote=remote: self.urls(remote),  # type: ignore[misc]
             )
             self.replicators[remote] = rep
             try:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import avro.compatibility
-import avro.errors
-import avro.schema
+from typing import TYPE_CHECKING
 
 from keyshared.config import SCHEMA_STRATEGIES
+
+if TYPE_CHECKING:
+    import avro.schema
+
+# Apache Avro is imported where a definition is first checked, not with the broker: it takes
+# ~15 ms of a start-up whose target is 0.5 s to listening, and most topics carry no Avro schema.
 
 STRATEGIES = SCHEMA_STRATEGIES
 """Pulsar's ``SchemaCompatibilityStrategy`` values (``UNDEFINED`` means "not set")."""
@@ -73,6 +76,9 @@ def _parse(data: bytes, *, named_as: bytes | None = None) -> avro.schema.Schema:
     """The Avro schema of ``data``; with ``named_as``, its top-level record takes that
     definition's name: Pulsar checks with Avro's resolving grammar, which matches the top-level
     records whatever their names (clients name them after their classes, User1 then User2)."""
+    import avro.errors
+    import avro.schema
+
     try:
         text = data.decode()
         if named_as is not None:
@@ -98,6 +104,8 @@ def _can_read(reader: Definition, writer: Definition) -> str | None:
         )
     if reader.type not in AVRO_TYPES or reader.data == writer.data:
         return None
+    import avro.compatibility
+
     checker = avro.compatibility.ReaderWriterCompatibilityChecker()  # type: ignore[no-untyped-call]
     result = checker.get_compatibility(
         _parse(reader.data, named_as=writer.data), _parse(writer.data)
