@@ -9,6 +9,7 @@ with the official client on ``ca`` and read on ``cb`` with it. About 30 s on ``-
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -380,6 +381,86 @@ def test_replicator_authenticates_with_the_clusters_credentials(
         assert got == [f"m{i}".encode() for i in range(10)]
     finally:
         c.close()
+
+
+def test_replicator_asks_for_the_clusters_listener(
+    pair: tuple[BrokerProcess, BrokerProcess],
+) -> None:
+    # The remote's internal (default) listener advertises a dead port; its "external" one the
+    # port it serves. A cluster registered with listenerName "external" gets everything, the
+    # same one without it is redirected to the dead port and gets nothing.
+    a, _ = pair
+    port, dead = _free_port(), _free_port()
+    c = BrokerProcess(
+        conf={
+            "clusterName": "cl",
+            "advertisedListeners": (
+                f"internal:pulsar://127.0.0.1:{dead},external:pulsar://127.0.0.1:{port}"
+            ),
+        }
+    )
+    c.port = port
+    try:
+        c.start(same_ports=True)
+        ok(c, "PUT", "/admin/v2/clusters/ca", {"serviceUrl": a.web_url})
+        ok(c, "PUT", "/admin/v2/tenants/geo", {"allowedClusters": ["ca", "cl"]})
+        for ns in ("geo/lst", "geo/lstx"):
+            ok(c, "PUT", f"/admin/v2/namespaces/{ns}", {"deduplicationEnabled": True})
+        body = {"serviceUrl": c.web_url, "brokerServiceUrl": c.service_url}
+        ok(a, "PUT", "/admin/v2/clusters/cl", {**body, "listenerName": "external"})
+        ok(a, "PUT", "/admin/v2/clusters/cm", body)
+        allowed = ok(a, "GET", "/admin/v2/tenants/geo")["allowedClusters"]
+        tenant = {"allowedClusters": sorted({*allowed, "cl", "cm"})}
+        ok(a, "POST", "/admin/v2/tenants/geo", tenant)
+        ok(a, "PUT", "/admin/v2/namespaces/geo/lst", {"replication_clusters": ["ca", "cl"]})
+        ok(a, "PUT", "/admin/v2/namespaces/geo/lstx", {"replication_clusters": ["ca", "cm"]})
+        topic = f"persistent://geo/lst/t-{uuid.uuid4().hex[:10]}"
+        elsewhere = f"persistent://geo/lstx/t-{uuid.uuid4().hex[:10]}"
+        client = _client(a)
+        try:
+            for t in (topic, elsewhere):
+                producer = client.create_producer(t, batching_enabled=False)
+                for i in range(10):
+                    producer.send(f"m{i}".encode())
+        finally:
+            client.close()
+
+        def rest(t: str) -> str:
+            return f"/admin/v2/persistent/{t[len('persistent://') :]}/stats"
+
+        _wait(lambda: ok(a, "GET", rest(topic))["replication"]["cl"]["replicationBacklog"] == 0)
+        reader_client = pulsar.Client(
+            c.service_url,
+            listener_name="external",
+            operation_timeout_seconds=10,
+            logger=quiet_logger(),
+        )
+        try:
+            consumer = reader_client.subscribe(
+                topic, "audit", initial_position=pulsar.InitialPosition.Earliest
+            )
+            got = [m.data() for m in drain(consumer, 10)]
+        finally:
+            reader_client.close()
+        assert got == [f"m{i}".encode() for i in range(10)]
+
+        def error(t: str) -> str:
+            overview = ok(a, "GET", "/dashboard/api/overview")
+            (shown,) = [x for x in overview["topics"] if x["name"] == t]
+            return str((shown.get("replicationErrors") or {}).get("cm") or "")
+
+        _wait(lambda: str(dead) in error(elsewhere))
+        rep = ok(a, "GET", rest(elsewhere))["replication"]["cm"]
+        assert rep["connected"] is False and rep["replicationBacklog"] == 10
+    finally:
+        c.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def test_topic_level_replication_policy_overrides_the_namespace(

@@ -148,11 +148,15 @@ class RemoteConnection:
         except TimeoutError as exc:
             raise RemoteError(f"{self.url}: no answer within {timeout:.0f}s") from exc
 
-    async def lookup(self, topic: str, timeout: float = 10.0) -> tuple[str | None, bool]:
+    async def lookup(
+        self, topic: str, timeout: float = 10.0, listener_name: str = ""
+    ) -> tuple[str | None, bool]:
         """Where ``topic`` is served: (None, _) when by this broker, else (url, authoritative)
-        of the broker to ask (Redirect) or to connect to (Connect)."""
+        of the broker to ask (Redirect) or to connect to (Connect), by the URLs of the
+        advertised listener ``listener_name`` (the remote's internal one when empty)."""
         rid, fut = self._next_request()
-        answer = await self._request(commands.lookup(topic=topic, request_id=rid), fut, timeout)
+        frame = commands.lookup(topic=topic, request_id=rid, advertised_listener_name=listener_name)
+        answer = await self._request(frame, fut, timeout)
         r = answer.lookupTopicResponse
         if r.response == pb.CommandLookupTopicResponse.Failed:
             raise RemoteError(f"lookup of {topic} failed: {r.message}")
@@ -337,14 +341,16 @@ async def connect_for_topic(
     keepalive: float = KEEPALIVE_SECONDS,
     tls: ssl.SSLContext | None = None,
     proxy: tuple[str, int] | None = None,
+    listener_name: str = "",
 ) -> RemoteConnection:
     """A connection to the broker of the remote cluster at ``url`` that serves ``topic``,
     following lookup redirects as the clients do (to TLS URLs over TLS, each through the SNI
-    ``proxy`` when there is one)."""
+    ``proxy`` when there is one; the lookups ask for the advertised listener
+    ``listener_name``)."""
     conn = await RemoteConnection.open(url, credentials, timeout, keepalive, tls, proxy)
     for _ in range(MAX_REDIRECTS):
         try:
-            target, _authoritative = await conn.lookup(topic, timeout)
+            target, _authoritative = await conn.lookup(topic, timeout, listener_name)
         except BaseException:
             conn.close()
             raise

@@ -148,6 +148,7 @@ class Replicator:
                     keepalive=self.keepalive,
                     tls=route.ssl if route is not None else None,
                     proxy=route.proxy if route is not None else None,
+                    listener_name=route.listener_name if route is not None else "",
                 )
                 await conn.create_producer(self.topic, 1, self.producer_name)
                 self.sessions += 1

@@ -11,7 +11,8 @@ host name only with ``tlsHostnameVerificationEnabled`` (off by default, as in Pu
 ``proxyServiceUrl`` and ``proxyProtocol`` ``SNI`` (PIP-60) every binary-protocol connection
 goes to the proxy instead, the broker's host (``brokerServiceUrlTls``, or where a lookup
 redirects) sent as the TLS SNI for the proxy to route by; the admin API is asked directly, as
-Pulsar's cluster admin client does.
+Pulsar's cluster admin client does. A ``listenerName`` is asked for in each lookup (Pulsar's
+``advertised_listener_name``), so the remote answers with that listener's URLs.
 
 The client certificate presented in the handshake (the same for the binary protocol and the
 admin API) is the authentication plugin's when it is ``AuthenticationTls`` (the cluster's
@@ -54,6 +55,8 @@ class RemoteUrls:
     proxy: tuple[str, int] | None = None
     """An SNI-routing proxy (``proxyServiceUrl`` with ``proxyProtocol`` SNI): the replicator's
     TCP connections go there, the broker's host name travels as the TLS SNI."""
+    listener_name: str = ""
+    """The cluster's ``listenerName``: the advertised listener its lookups are asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,8 @@ def remote_urls(
         url = str(data.get("brokerServiceUrl") or "")
         if not url:
             raise RemoteError(f"cluster {name} has no brokerServiceUrl")
-        return RemoteUrls(url, str(data.get("serviceUrl") or ""), None)
+        listener = str(data.get("listenerName") or "")
+        return RemoteUrls(url, str(data.get("serviceUrl") or ""), None, None, listener)
     url = str(data.get("brokerServiceUrlTls") or "")
     if not url:
         raise RemoteError(f"cluster {name} has no brokerServiceUrlTls (TLS is enabled)")
@@ -176,7 +180,8 @@ def remote_urls(
     except (OSError, ssl.SSLError) as exc:
         files = ", ".join(repr(f) for f in (settings.trust, cert, key) if f)
         raise RemoteError(f"cluster {name}: TLS files {files}: {exc}") from exc
-    return RemoteUrls(url, str(data.get("serviceUrlTls") or ""), ctx, proxy)
+    listener = str(data.get("listenerName") or "")
+    return RemoteUrls(url, str(data.get("serviceUrlTls") or ""), ctx, proxy, listener)
 
 
 def _sni_proxy(data: dict[str, Any]) -> tuple[str, int] | None:
