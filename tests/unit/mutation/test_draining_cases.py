@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from keyshared.broker.dispatch.draining import DrainingHashesTracker
+from keyshared.broker.dispatch.draining import DrainingHashesTracker, DrainingStateError
 
 
 @pytest.mark.parametrize("call", ["add_entry", "may_add_pending_ack"])
@@ -14,3 +14,35 @@ def test_hash_zero_is_refused_with_pulsars_message(call: str) -> None:
     with pytest.raises(ValueError) as err:
         getattr(tracker, call)("c1", 0)
     assert str(err.value) == "Sticky hash cannot be 0"
+
+
+def test_reducing_without_saying_closing_runs_the_unblocking_handler() -> None:
+    # closing defaults to False: an ack of the last entry of a blocked hash unblocks it.
+    calls: list[int] = []
+    tracker: DrainingHashesTracker[str] = DrainingHashesTracker(calls.append, name="sub")
+    tracker.add_entry("c1", 7)
+    assert tracker.should_block_sticky_key_hash("c2", 7)
+    tracker.reduce_ref_count("c1", 7)
+    assert calls == [7]
+
+
+def test_a_reduction_by_another_consumer_is_refused_with_pulsars_message() -> None:
+    tracker: DrainingHashesTracker[str] = DrainingHashesTracker(name="disp")
+    tracker.add_entry("c1", 7)
+    with pytest.raises(DrainingStateError) as err:
+        tracker.reduce_ref_count("c2", 7)
+    assert str(err.value) == (
+        "Consumer 'c1' is already draining hash 7 in dispatcher disp. "
+        "Same hash being used for consumer 'c2'."
+    )
+
+
+def test_cleared_total_counts_every_hash_that_stopped_draining() -> None:
+    tracker: DrainingHashesTracker[str] = DrainingHashesTracker(name="sub")
+    for sticky_hash in (3, 5, 9):
+        tracker.add_entry("c1", sticky_hash)
+    tracker.reduce_ref_count("c1", 3)
+    tracker.reduce_ref_count("c1", 5)
+    stats = tracker.consumer_stats("c1")
+    assert stats.draining_hashes_cleared_total == 2
+    assert stats.draining_hashes_count == 1
