@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 # Wall-clock deadlines and "too slow" checks fail on a loaded 2-core CI machine without
 # saying anything about the code; a failure prints the blob that replays it exactly.
@@ -13,7 +15,15 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile("keyshared")
+# `make mutate` needs only whether a property fails, not its smallest example: shrinking a
+# failure a mutant causes took minutes of a mutant's run on a loaded machine.
+settings.register_profile(
+    "mutate",
+    parent=settings.get_profile("keyshared"),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    print_blob=False,
+)
+settings.load_profile(os.environ.get("KEYSHARED_HYPOTHESIS_PROFILE", "keyshared"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
