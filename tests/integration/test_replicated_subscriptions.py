@@ -287,8 +287,11 @@ def test_replication_of_the_subscription_survives_a_restart(
         consumer = ca.subscribe(topic, sub)
         # Snapshots are taken only with every replicator connected (as Pulsar's): on a loaded
         # machine the restarted replicator could connect after the paced produce ended, and
-        # with no new data after it no snapshot, so nothing for rb to follow.
+        # with no new data after it no snapshot, so nothing for rb to follow. rb's replicator
+        # back to ra (it carries the snapshot responses) lost ra for the restart too and
+        # retries after a back-off that doubled while ra was down: wait for it as well.
         _wait(lambda: _replicator_connected(a, topic, "rb"))
+        _wait(lambda: _replicator_connected(b, topic, "ra"), timeout=90)
         _produce_paced(a, topic, SHORT)
         assert sorted(_drain(consumer, 1.0, SHORT)) == list(range(SHORT))
     finally:
