@@ -12,7 +12,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	touch $(STAMP)
 
+# Byte-compiled first: an editable install under PYTHONDONTWRITEBYTECODE=1 (set on some
+# machines, this one included) would otherwise compile every module at every start, 0.6-0.8 s
+# of CPU before the broker listens instead of 0.2-0.35 s. Up-to-date files are skipped.
 run: $(STAMP)
+	@$(PY) -m compileall -q src >/dev/null
 	$(VENV)/bin/keyshared standalone $(ARGS)
 
 lint: $(STAMP)
