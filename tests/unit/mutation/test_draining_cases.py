@@ -69,3 +69,11 @@ def test_a_hash_moving_back_to_its_drainer_leaves_the_drainers_list() -> None:
         ImpactedRanges.from_moves([RangeMove(1, 10, "c2", "c1")]), pending.__getitem__, skip="c2"
     )
     assert tracker.draining_hashes_of("c1") == [12]
+
+
+def test_a_tracker_made_without_a_name_has_an_empty_one() -> None:
+    tracker: DrainingHashesTracker[str] = DrainingHashesTracker()
+    assert tracker.name == ""
+    tracker.add_entry("c1", 7)
+    with pytest.raises(DrainingStateError, match=r"in dispatcher \. Same hash"):
+        tracker.add_entry("c2", 7)
