@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from keyshared.broker.dispatch.draining import DrainingHashesTracker, DrainingStateError
+from keyshared.broker.dispatch.selectors import ImpactedRanges, RangeMove
 
 
 @pytest.mark.parametrize("call", ["add_entry", "may_add_pending_ack"])
@@ -46,3 +47,33 @@ def test_cleared_total_counts_every_hash_that_stopped_draining() -> None:
     stats = tracker.consumer_stats("c1")
     assert stats.draining_hashes_cleared_total == 2
     assert stats.draining_hashes_count == 1
+
+
+def test_a_hash_its_drainer_is_given_again_leaves_the_drainers_list() -> None:
+    tracker: DrainingHashesTracker[str] = DrainingHashesTracker(name="sub")
+    tracker.add_entry("c1", 3)
+    tracker.add_entry("c1", 5)
+    assert not tracker.should_block_sticky_key_hash("c1", 5)
+    assert tracker.draining_hashes_of("c1") == [3]
+    assert tracker.consumer_stats("c1").draining_hashes_cleared_total == 1
+
+
+def test_a_hash_moving_back_to_its_drainer_leaves_the_drainers_list() -> None:
+    tracker: DrainingHashesTracker[str] = DrainingHashesTracker(name="sub")
+    pending = {"c1": [5, 5, 12], "c2": []}
+    tracker.register_draining_hashes(
+        ImpactedRanges.from_moves([RangeMove(1, 20, "c1", "c2")]), pending.__getitem__
+    )
+    assert tracker.draining_hashes_of("c1") == [5, 12]
+    tracker.register_draining_hashes(
+        ImpactedRanges.from_moves([RangeMove(1, 10, "c2", "c1")]), pending.__getitem__, skip="c2"
+    )
+    assert tracker.draining_hashes_of("c1") == [12]
+
+
+def test_a_tracker_made_without_a_name_has_an_empty_one() -> None:
+    tracker: DrainingHashesTracker[str] = DrainingHashesTracker()
+    assert tracker.name == ""
+    tracker.add_entry("c1", 7)
+    with pytest.raises(DrainingStateError, match=r"in dispatcher \. Same hash"):
+        tracker.add_entry("c2", 7)

@@ -1,0 +1,56 @@
+"""Classic Key_Shared stats the simulator does not read: each kills mutants that survived ``make
+mutate`` (bench/results/mutation/report.md)."""
+
+from __future__ import annotations
+
+from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
+from tests.sim.test_classic_timelines import KEY_A, KEY_B, Timeline
+
+
+def test_stats_show_the_last_sent_position_and_what_was_sent_beyond_it() -> None:
+    t = Timeline("last_sent")
+    try:
+        t.join("c1", 1000)
+        t.join("c2", 1)
+        b0 = t.publish(KEY_B)  # -> c2, now out of permits
+        t.publish(KEY_B)  # waits for c2: the last sent position stays at b0
+        a0 = t.publish(KEY_A)  # -> c1, sent beyond the last sent position
+        t.wait_until(lambda: t.positions_of("c1", KEY_A) == [a0])
+        d = t.sub.dispatcher
+        assert isinstance(d, ClassicKeySharedDispatcher)
+        st = d.stats()
+        assert st["lastSentPosition"] == str(b0)
+        assert st["individuallySentPositions"] == f"[({a0.ledger_id}:{a0.entry_id - 1}..{a0}]]"
+    finally:
+        t.close()
+
+
+def test_stats_before_anything_was_sent_are_empty_strings() -> None:
+    # The read-position rule never asks for the last sent position, so nothing sets it.
+    t = Timeline("read")
+    try:
+        t.join("c1", 10)
+        d = t.sub.dispatcher
+        assert isinstance(d, ClassicKeySharedDispatcher) and d.last_sent is None
+        st = d.stats()
+        assert st["lastSentPosition"] == ""
+        assert st["individuallySentPositions"] == "[]"
+    finally:
+        t.close()
+
+
+def test_consumer_stats_carry_the_consumers_ranges_and_join_position() -> None:
+    t = Timeline("last_sent")
+    try:
+        c1 = t.join("c1", 10)
+        d = t.sub.dispatcher
+        assert isinstance(d, ClassicKeySharedDispatcher)
+        ranges = d.selector.get_consumer_key_hash_ranges()[c1]
+        cs = d.consumer_stats(c1)
+        assert cs["keyHashRangeArrays"] == [[s, e] for s, e in ranges] != []
+        assert cs["lastSentPositionWhenJoining"] == str(d.joined_at[c1])
+        t.leave("c1")
+        # A consumer that left has no join position any more.
+        assert d.consumer_stats(c1)["lastSentPositionWhenJoining"] == ""
+    finally:
+        t.close()
