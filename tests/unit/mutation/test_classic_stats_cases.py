@@ -54,3 +54,19 @@ def test_consumer_stats_carry_the_consumers_ranges_and_join_position() -> None:
         assert d.consumer_stats(c1)["lastSentPositionWhenJoining"] == ""
     finally:
         t.close()
+
+
+def test_a_consumer_removed_twice_is_let_go_quietly() -> None:
+    # Removing a consumer that already left must not fail (the dispatcher's other state
+    # tolerates it), and must not disturb the others.
+    t = Timeline("last_sent")
+    try:
+        c1 = t.join("c1", 10)
+        c2 = t.join("c2", 10)
+        d = t.sub.dispatcher
+        assert isinstance(d, ClassicKeySharedDispatcher)
+        t.leave("c2")
+        d.remove_consumer(c2)
+        assert d.consumers == [c1] and list(d.joined_at) == [c1]
+    finally:
+        t.close()
