@@ -6,8 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from keyshared.broker import limits
 from keyshared.broker.backlog_quota import TopicBacklogQuota
@@ -17,7 +16,7 @@ from keyshared.broker.dedup import Deduplication
 from keyshared.broker.dispatch.base import Scheduler
 from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.producer_access import AccessMode, Admission, ProducerAccess, WaitCallback
+from keyshared.broker.producer_access import Admission, ProducerAccess, WaitCallback
 from keyshared.broker.rates import RateMeter
 from keyshared.broker.replication import (
     REPLICATOR_PREFIX,
@@ -33,10 +32,12 @@ from keyshared.broker.subscription import Subscription
 from keyshared.broker.topic_common import (
     ProducerRegistry,
     attach_consumer,
-    producer_stats,
     unsubscribe,
 )
 from keyshared.broker.topic_name import TopicName
+from keyshared.broker.topic_producer import Producer, ProducerTransport, PublishCallback
+from keyshared.broker.topic_retention import TopicRetention
+from keyshared.broker.topic_stats import topic_internal_stats, topic_stats
 from keyshared.config import BrokerConfig
 from keyshared.storage.cursor import CursorConfig, KeyValueCursorStore, ManagedCursor
 from keyshared.storage.entry import Entry
@@ -45,10 +46,18 @@ from keyshared.storage.ledger import ManagedLedger
 from keyshared.storage.position import EARLIEST, LATEST, Position
 
 if TYPE_CHECKING:
-    from keyshared.broker.nonpersistent_topic import NonPersistentTopic
     from keyshared.broker.service import BrokerService
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "RESET_CURSOR_KEEP_SECONDS",
+    "PersistentTopic",
+    "Producer",
+    "ProducerTransport",
+    "PublishCallback",
+    "topic_epoch_key",
+]
 
 
 def topic_epoch_key(name: TopicName) -> str:
@@ -59,65 +68,12 @@ def topic_epoch_key(name: TopicName) -> str:
 # How long a reader's cursor waits for the reader to re-subscribe after a seek closed it.
 RESET_CURSOR_KEEP_SECONDS = 60.0
 
-PublishCallback = Callable[[Position | None, BaseException | None], None]
-
 
 def _outcome(
     f: asyncio.Future[None], position: Position
 ) -> tuple[Position | None, BaseException | None]:
     exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
     return (position, None) if exc is None else (None, exc)
-
-
-class ProducerTransport(Protocol):
-    """What the broker needs from the connection a producer lives on."""
-
-    def send_receipt(
-        self, producer: Producer, sequence_id: int, highest_sequence_id: int, position: Position
-    ) -> None:
-        """Confirm a stored message."""
-
-    def send_error(
-        self, producer: Producer, sequence_id: int, code: ServerError, message: str
-    ) -> None:
-        """Report a failed send."""
-
-    def close_producer(self, producer: Producer) -> None:
-        """Tell the client the broker closed this producer (it will reconnect)."""
-
-    @property
-    def address(self) -> str:
-        """The client's address, for stats."""
-
-    @property
-    def client_version(self) -> str:
-        """The client's version, for stats."""
-
-
-@dataclass(slots=True)
-class Producer:
-    """A producer session on a topic."""
-
-    producer_id: int
-    producer_name: str
-    topic: PersistentTopic | NonPersistentTopic
-    transport: ProducerTransport
-    user_provided_name: bool = False
-    epoch: int = 0
-    access_mode: AccessMode = AccessMode.Shared
-    # The topic epoch the client presented (it reconnects with the one it was given), then
-    # the one it was given in PRODUCER_SUCCESS.
-    topic_epoch: int | None = None
-    # False while queued for exclusive access (WaitForExclusive).
-    ready: bool = True
-    metadata: dict[str, str] = field(default_factory=dict)
-    # The schema version it publishes with (8 bytes, as on the wire), None without a schema.
-    schema_version: bytes | None = None
-    connected_since: float = field(default_factory=time.time)
-    msg_in_counter: int = 0
-    bytes_in_counter: int = 0
-    closed: bool = False
-    rates: RateMeter = field(default_factory=RateMeter)
 
 
 class PersistentTopic:
@@ -156,8 +112,7 @@ class PersistentTopic:
         # Sends that arrive while deduplication state is being recovered wait here.
         self._held: list[tuple[Producer, int, int, bytes, PublishCallback]] | None = None
         self.ready: asyncio.Future[None] | None = None
-        self._ledger_times: dict[int, int] = {}
-        self._trim_failing = False
+        self.retention = TopicRetention(self)
         self._policy_cache: dict[str, Any] = {}
         self._policy_generation = -1
         # Reader cursors a seek / reset-cursor left without consumers, by subscription name.
@@ -548,111 +503,24 @@ class PersistentTopic:
         """A cursor's mark-delete moved (trimming happens on the next periodic pass)."""
 
     async def trim_consumed_ledgers(self) -> list[int]:
-        """Delete closed ledgers every durable cursor has passed, as retention allows.
-
-        Pulsar's rule: a consumed ledger goes (oldest first) once the consumed data is over
-        the retention size or the ledger is older than the retention time; -1 means no limit
-        on that side, and the default 0/0 deletes consumed data as soon as its ledger is
-        closed. Non-durable cursors (readers) hold nothing, as in Pulsar. A ledger's age is
-        the publish time of its last entry.
-        """
-        ledger = self.ledger
-        # Every ledger but the one taking appends; after a write failure on a full disk there
-        # is none, and the failed (closed) ledger can go too, which is what frees the space.
-        current = ledger.current_ledger_id
-        ledgers = [li for li in ledger.ledgers if li.ledger_id != current]
-        if not ledgers:
-            return []
-        durable = [s.cursor for s in self.subscriptions.values() if s.durable]
-        durable += self.replication.cursors()
-        if durable:
-            bound = ledger.next_position(min(c.mark_delete_position for c in durable))
-        else:
-            bound = ledger.next_position(ledger.last_add_confirmed)
-        consumed = [
-            li
-            for li in ledgers
-            if li.ledger_id < bound.ledger_id
-            or (li.ledger_id == bound.ledger_id and li.entries <= bound.entry_id)
-        ]
-        if not consumed:
-            return []
-        time_min = int(self.policy("retentionTimeInMinutes"))
-        size_mb = int(self.policy("retentionSizeInMB"))
-        if time_min < 0 and size_mb < 0:
-            return []
-        now_ms = time.time() * 1000
-        retained = sum(li.size for li in consumed)
-        last_doomed = None
-        for li in consumed:
-            over_size = size_mb >= 0 and retained > size_mb * 1024 * 1024
-            expired = False
-            if time_min >= 0 and not over_size:
-                closed_at = await self._ledger_time(li.ledger_id, li.entries)
-                expired = closed_at is not None and now_ms - closed_at > time_min * 60_000
-            if not (over_size or expired):
-                break
-            retained -= li.size
-            last_doomed = li
-        if last_doomed is None:
-            return []
-        if self.dedup is not None and self._held is None:
-            # The deduplication snapshot must cover what is about to disappear.
-            self.dedup.snapshot()
-        try:
-            trimmed = ledger.trim(Position(last_doomed.ledger_id, last_doomed.entries))
-        except StorageError as exc:
-            # The metadata store is full too: try again next round, logging once per streak.
-            if not self._trim_failing:
-                log.error("%s: cannot trim consumed ledgers: %s", self.name, exc)
-            self._trim_failing = True
-            return []
-        self._trim_failing = False
-        return trimmed
-
-    async def _ledger_time(self, ledger_id: int, entries: int) -> int | None:
-        """Publish time of a ledger's last entry (cached: closed ledgers do not change)."""
-        cached = self._ledger_times.get(ledger_id)
-        if cached is not None:
-            return cached
-        if entries <= 0:
-            return 0
-        entry = await self.ledger.read_entry(Position(ledger_id, entries - 1))
-        if entry is None:
-            return None
-        value = self.entry_meta(entry).publish_time
-        self._ledger_times[ledger_id] = value
-        return value
+        """Delete closed ledgers every durable cursor has passed, as retention allows (see
+        :meth:`TopicRetention.trim_consumed_ledgers`)."""
+        return await self.retention.trim_consumed_ledgers()
 
     async def expire_messages(self) -> None:
         """Message TTL: entries older than ``message_ttl_in_seconds`` are acked on every durable
-        subscription (Pulsar's expiry monitor, which moves the mark-delete position)."""
-        ttl = int(self.policy("message_ttl_in_seconds"))
-        if ttl > 0:
-            await self.expire_older_than(ttl)
+        subscription."""
+        await self.retention.expire_messages()
 
     async def expire_older_than(self, seconds: int) -> None:
         """Ack, on every durable subscription, the entries published more than ``seconds``
         ago (message TTL, and the backlog quota's eviction by age)."""
-        # The compaction cursor is not a consumer: its data must reach compaction (as Pulsar).
-        subs = [
-            s
-            for s in self.subscriptions.values()
-            if s.durable and s.name != COMPACTION_SUBSCRIPTION
-        ]
-        if not subs or self.ledger.last_add_confirmed.entry_id < 0:
-            return
-        cutoff = int(time.time() * 1000) - seconds * 1000
-        first_live = await self.find_position_by_time(cutoff + 1)
-        last_expired = self.ledger.previous_position(first_live)
-        if last_expired.entry_id < 0:
-            return
-        for sub in subs:
-            cursor = sub.cursor
-            if last_expired > cursor.mark_delete_position:
-                cursor.ack_cumulative(last_expired)
-                sub.last_expire_timestamp = int(time.time() * 1000)
-                sub._after_manual_ack(release_held=True)
+        await self.retention.expire_older_than(seconds)
+
+    def snapshot_dedup(self) -> None:
+        """Snapshot the deduplication state, if enabled and recovered."""
+        if self.dedup is not None and self._held is None:
+            self.dedup.snapshot()
 
     def flush_cursors(self) -> None:
         """Persist changed ack state (rate limited by each cursor)."""
@@ -688,80 +556,11 @@ class PersistentTopic:
     # --- stats ---------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """TopicStats with Pulsar's field names."""
-        publishers = [producer_stats(p) for p in self.producers.values()]
-        subs = {name: s.stats() for name, s in self.subscriptions.items()}
-        backlog_size = self.backlog_quota.backlog_size()
-        rate_in, throughput_in = self.rates_in.rates(self.msg_in_counter, self.bytes_in_counter)
-        return {
-            "msgRateIn": rate_in,
-            "msgThroughputIn": throughput_in,
-            # As Pulsar: what the topic sends is what its subscriptions send.
-            "msgRateOut": sum(s["msgRateOut"] for s in subs.values()),
-            "msgThroughputOut": sum(s["msgThroughputOut"] for s in subs.values()),
-            "bytesInCounter": self.bytes_in_counter,
-            "msgInCounter": self.msg_in_counter,
-            "bytesOutCounter": self.bytes_out_counter,
-            "msgOutCounter": self.msg_out_counter,
-            "averageMsgSize": (self.bytes_in_counter / self.msg_in_counter)
-            if self.msg_in_counter
-            else 0.0,
-            "msgChunkPublished": False,
-            "storageSize": self.ledger.total_size,
-            "backlogSize": backlog_size,
-            "publishRateLimitedTimes": self.service.rate_limits.publish_limited_times(self.name),
-            "earliestMsgPublishTimeInBacklogs": 0,
-            "offloadedStorageSize": 0,
-            "waitingPublishers": self.producers.access.waiting_count,
-            "topicEpoch": self.producers.access.topic_epoch,
-            "publishers": publishers,
-            "subscriptions": subs,
-            "replication": self.replication.stats(),
-            "deduplicationStatus": "Enabled" if self.dedup is not None else "Disabled",
-            "nonContiguousDeletedMessagesRanges": sum(
-                s["nonContiguousDeletedMessagesRanges"] for s in subs.values()
-            ),
-            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
-            "topicCreationTimeStamp": 0,
-            "lastPublishTimeStamp": 0,
-            **self.backlog_quota.stats(),
-        }
+        return topic_stats(self)
 
     def internal_stats(self) -> dict[str, Any]:
         """PersistentTopicInternalStats with Pulsar's field names."""
-        ledger = self.ledger
-        cursors = {}
-        for name, sub in self.subscriptions.items():
-            c = sub.cursor.internal_stats()
-            disp = sub.dispatcher
-            c["subscriptionHavePendingRead"] = bool(disp and disp.have_pending_read)
-            c["subscriptionHavePendingReplayRead"] = bool(disp and disp.have_pending_replay_read)
-            cursors[name] = c
-        for rep in self.replication.replicators.values():
-            cursors[rep.cursor.name] = rep.cursor.internal_stats()
-        return {
-            "entriesAddedCounter": ledger.number_of_entries,
-            "numberOfEntries": ledger.number_of_entries,
-            "totalSize": ledger.total_size,
-            "currentLedgerEntries": ledger.ledgers[-1].entries if ledger.ledgers else 0,
-            "currentLedgerSize": ledger.ledgers[-1].size if ledger.ledgers else 0,
-            "lastLedgerCreatedTimestamp": "",
-            "waitingCursorsCount": 0,
-            "pendingAddEntriesCount": 0,
-            "lastConfirmedEntry": str(ledger.last_add_confirmed),
-            # Pulsar's ManagedLedgerImpl.State: ClosedLedger while no ledger takes appends
-            # (the disk is full, or a ledger could not be created).
-            "state": "LedgerOpened" if ledger.current_ledger_id >= 0 else "ClosedLedger",
-            "ledgers": [
-                {
-                    "ledgerId": li.ledger_id,
-                    "entries": li.entries,
-                    "size": li.size,
-                    "offloaded": False,
-                }
-                for li in ledger.ledgers
-            ],
-            "cursors": cursors,
-        }
+        return topic_internal_stats(self)
 
     # --- lifecycle -----------------------------------------------------------------------
     async def close(self) -> None:
@@ -778,7 +577,6 @@ class PersistentTopic:
         self._reset_cursors.clear()
         self.replicated_subscriptions.close()
         await self.replication.close()
-        if self.dedup is not None and self._held is None:
-            self.dedup.snapshot()
+        self.snapshot_dedup()
         await self.compactor.close()
         await self.ledger.close()

@@ -11,7 +11,7 @@ import pytest
 from crc32c import crc32c
 
 import keyshared.storage.journal as journal_mod
-import keyshared.storage.ledger as ledger_mod
+import keyshared.storage.ledger_rollover as ledger_rollover
 from keyshared.storage.config import StorageConfig
 from keyshared.storage.entry import Entry
 from keyshared.storage.errors import StorageError
@@ -462,7 +462,7 @@ def test_write_failure_fails_appends_and_moves_to_a_new_ledger(
         assert ml.backing_off
         with pytest.raises(StorageError, match="waiting for new ledger creation"):
             ml.add_entry(b"too soon")
-        monkeypatch.setattr(ledger_mod, "LEDGER_CREATION_BACKOFF_SECONDS", 0.0)
+        monkeypatch.setattr(ledger_rollover, "LEDGER_CREATION_BACKOFF_SECONDS", 0.0)
         assert not ml.backing_off
         assert ml.last_add_confirmed == good[-1]
         later = await fill(ml, 2, start=3)
