@@ -69,13 +69,6 @@ def topic_epoch_key(name: TopicName) -> str:
 RESET_CURSOR_KEEP_SECONDS = 60.0
 
 
-def _outcome(
-    f: asyncio.Future[None], position: Position
-) -> tuple[Position | None, BaseException | None]:
-    exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
-    return (position, None) if exc is None else (None, exc)
-
-
 class PersistentTopic:
     """Pulsar's PersistentTopic, over one managed ledger."""
 
