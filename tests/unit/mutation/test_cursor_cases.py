@@ -329,8 +329,26 @@ def test_a_restore_keeps_only_the_bitsets_of_unacked_entries() -> None:
     snapshot = CursorSnapshot(
         P(1, 2), acked.to_bytes(), [(P(1, 4), [0b11]), (P(1, 5), [0b1]), (P(1, 6), [])]
     )
-    store.save("c", encode_snapshot(snapshot))
+    data = encode_snapshot(snapshot)
+    store.save("c", data)
     c = ManagedCursor("c", ledger, store)
+    assert c.last_persisted_bytes == len(data)
     assert dict(c.batch_deleted_indexes) == {P(1, 4): 0b11}
     assert c.last_persisted_mark_delete == P(1, 2)
     assert c.last_persisted_batch_count == 1
+
+
+def test_batch_index_acks_of_an_unknown_or_one_message_batch() -> None:
+    _, c = cursor_over(6)
+    # Size 0 (unknown): the ack set is taken as it comes.
+    assert not c.ack_batch_index(P(1, 1), [0b11], 0)
+    assert c.get_ack_set(P(1, 1)) == [0b11]
+    assert not c.ack_batch_index(P(1, 2), [0b10], 0)
+    assert c.get_ack_set(P(1, 2)) == [0b10]
+    # One message still unacked: nothing to record.
+    assert not c.ack_batch_index(P(1, 3), [0b1], 1)
+    assert c.get_ack_set(P(1, 3)) is None
+    # Bits past the batch's size are no messages.
+    assert not c.ack_batch_index(P(1, 4), [0b110], 2)
+    assert c.get_ack_set(P(1, 4)) == [0b10]
+    assert not c.is_acked(P(1, 1)) and not c.is_acked(P(1, 2))
