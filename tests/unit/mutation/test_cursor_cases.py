@@ -352,3 +352,24 @@ def test_batch_index_acks_of_an_unknown_or_one_message_batch() -> None:
     assert not c.ack_batch_index(P(1, 4), [0b110], 2)
     assert c.get_ack_set(P(1, 4)) == [0b10]
     assert not c.is_acked(P(1, 1)) and not c.is_acked(P(1, 2))
+
+
+def test_a_bitset_of_unknown_size_is_cut_to_the_size_a_later_ack_gives() -> None:
+    _, c = cursor_over(3)
+    assert not c.ack_batch_index(P(1, 1), [0b111], 0)
+    assert not c.ack_batch_index(P(1, 1), [0b110], 2)
+    assert c.get_ack_set(P(1, 1)) == [0b10]
+
+
+def test_cumulative_acks_count_what_they_ack_and_refuse_past_the_end() -> None:
+    _, c = cursor_over(8, persist_on_mark_delete=False)
+    c.ack_individual([P(1, 0), P(1, 1), P(1, 4)])
+    assert c.messages_consumed_counter == 3
+    assert not c.ack_cumulative(P(1, 1))  # the mark-delete position itself: nothing
+    assert c.messages_consumed_counter == 3
+    c.flush()
+    assert c.ack_cumulative(P(1, 5))  # 1:2, 1:3 and 1:5; 1:4 was acked before
+    assert c.messages_consumed_counter == 6
+    assert c.is_dirty is True
+    with pytest.raises(ValueError, match=r"^cannot mark-delete 1:9: after the last entry$"):
+        c.ack_cumulative(P(1, 9))
