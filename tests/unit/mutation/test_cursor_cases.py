@@ -269,7 +269,7 @@ def test_a_failing_save_is_logged_once_and_rate_limited_like_a_save(
         assert store.saves == 3 and c.persist_failing
         store.failing = False
         assert c.flush()
-        assert not c.persist_failing and c.persist_count == 2
+        assert c.persist_failing is False and c.persist_count == 2
     messages = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert messages == [
         ("ERROR", "cursor sub: cannot persist its ack state: disk full"),
@@ -373,3 +373,26 @@ def test_cumulative_acks_count_what_they_ack_and_refuse_past_the_end() -> None:
     assert c.is_dirty is True
     with pytest.raises(ValueError, match=r"^cannot mark-delete 1:9: after the last entry$"):
         c.ack_cumulative(P(1, 9))
+
+
+def test_clear_backlog_marks_a_change_only_when_there_was_a_backlog() -> None:
+    _, c = cursor_over(4)
+    c.clear_backlog()
+    assert c.is_dirty is True  # not durable: nothing saves it
+    _, nothing = cursor_over(4)
+    nothing.ack_cumulative(P(1, 3))
+    nothing._dirty = False  # as after a save: no backlog left to clear
+    nothing.clear_backlog()
+    assert nothing.is_dirty is False
+
+
+def test_clear_backlog_saves_at_once_whatever_the_rate_limit() -> None:
+    ledger = InMemoryLedger()
+    ledger.add_entries(4)
+    store = FlakyStore()
+    c = ManagedCursor("c", ledger, store, initial_position=EARLIEST, clock=lambda: 5.0)
+    c.clear_backlog()  # within the rate limit's second after the first save
+    assert store.saves == 2 and c.is_dirty is False and c.persist_failing is False
+    again = ManagedCursor("c", ledger, store, clock=lambda: 5.0)
+    assert again.mark_delete_position == P(1, 3)
+    assert c.persist_count == 2
