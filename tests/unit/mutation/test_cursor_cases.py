@@ -396,3 +396,13 @@ def test_clear_backlog_saves_at_once_whatever_the_rate_limit() -> None:
     again = ManagedCursor("c", ledger, store, clock=lambda: 5.0)
     assert again.mark_delete_position == P(1, 3)
     assert c.persist_count == 2
+
+
+def test_a_cumulative_ack_over_no_entry_counts_nothing() -> None:
+    ledger = InMemoryLedger(max_entries_per_ledger=3)  # 1:0..1:2, 2:0..2:2
+    ledger.add_entries(6)
+    c = ManagedCursor("c", ledger, None, durable=False, initial_position=EARLIEST)
+    c.ack_individual([P(1, 0), P(1, 1), P(1, 2)])
+    assert c.messages_consumed_counter == 3
+    assert c.ack_cumulative(P(1, 50))  # past ledger 1's end, before ledger 2: no entry
+    assert c.messages_consumed_counter == 3
