@@ -4,9 +4,23 @@ mutant of ``storage/cursor*.py`` that survived ``make mutate`` (bench/results/mu
 
 from __future__ import annotations
 
-from keyshared.storage.cursor import CursorConfig, ManagedCursor
-from keyshared.storage.memory import InMemoryLedger
+import asyncio
+import logging
+
+import pytest
+
+from keyshared.config import BrokerConfig
+from keyshared.storage.cursor import (
+    CursorConfig,
+    CursorPersister,
+    KeyValueCursorStore,
+    ManagedCursor,
+)
+from keyshared.storage.cursor_codec import CursorSnapshot, encode_snapshot
+from keyshared.storage.errors import StorageError
+from keyshared.storage.memory import ControlledReader, InMemoryLedger, MemoryCursorStore
 from keyshared.storage.position import EARLIEST, Position
+from keyshared.storage.range_set import RangeSet
 
 P = Position
 
@@ -36,3 +50,359 @@ def test_a_batch_index_ack_past_the_last_entry_is_ignored() -> None:
     assert not c.is_dirty
     ledger.add_entries(5)  # 1:7 exists now and no index of it was acked
     assert c.get_ack_set(P(1, 7)) is None
+
+
+def test_repr_names_the_cursor_and_its_positions() -> None:
+    _, c = cursor_over(6)
+    c.ack_individual([P(1, 0), P(1, 3)])
+    c.seek(P(1, 2))
+    assert repr(c) == "ManagedCursor('c', mark_delete=1:0, read=1:2, ranges=1, epoch=1)"
+
+
+def test_internal_stats_of_an_idle_cursor_are_pulsars_fields() -> None:
+    _, c = cursor_over(6)
+    c.ack_individual([P(1, 0), P(1, 1), P(1, 4)])
+    c.seek(P(1, 3))
+    assert c.internal_stats() == {
+        "markDeletePosition": "1:1",
+        "readPosition": "1:3",
+        "waitingReadOp": False,
+        "pendingReadOps": 0,
+        "messagesConsumedCounter": 3,
+        "cursorLedger": -1,
+        "cursorLedgerLastEntry": -1,
+        "individuallyDeletedMessages": "[(1:3..1:4]]",
+        "lastLedgerSwitchTimestamp": "",
+        "state": "Open",
+        "active": True,
+        "numberOfEntriesSinceFirstNotAckedMessage": 2,
+        "totalNonContiguousDeletedMessagesRange": 1,
+        "subscriptionHavePendingRead": False,
+        "subscriptionHavePendingReplayRead": False,
+        "properties": {},
+    }
+    c.close()
+    closed = c.internal_stats()
+    assert (closed["state"], closed["active"]) == ("Closed", False)
+
+
+def test_internal_stats_list_at_most_max_ranges() -> None:
+    _, c = cursor_over(10)
+    c.ack_individual([P(1, 2), P(1, 4), P(1, 6)])
+    every = "[(1:1..1:2], (1:3..1:4], (1:5..1:6]]"
+    assert c.internal_stats()["individuallyDeletedMessages"] == every
+    assert c.internal_stats(2)["individuallyDeletedMessages"] == "[(1:1..1:2], (1:3..1:4]]"
+
+
+def test_closing_a_cursor_whose_read_waits_stops_listening() -> None:
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        c = ManagedCursor("c", ledger, None, durable=False, initial_position=EARLIEST)
+        wait = asyncio.ensure_future(c.read_entries_or_wait(1))
+        await asyncio.sleep(0)
+        assert ledger.listener_count == 1
+        c.close()
+        assert ledger.listener_count == 0
+        assert (await wait).cancelled
+
+    asyncio.run(go())
+
+
+def test_internal_stats_count_reads_in_flight_and_waiting() -> None:
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(4)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries(2))
+        replay = asyncio.ensure_future(c.replay_entries([P(1, 0)]))
+        await asyncio.sleep(0)
+        s = c.internal_stats()
+        assert (s["pendingReadOps"], s["waitingReadOp"]) == (2, False)
+        assert s["subscriptionHavePendingRead"] is True
+        assert s["subscriptionHavePendingReplayRead"] is True
+        assert c.pending_replay_reads == 1
+        reader.complete_all()
+        await asyncio.gather(read, replay)
+        s = c.internal_stats()
+        assert (s["pendingReadOps"], s["subscriptionHavePendingReplayRead"]) == (0, False)
+        c.ack_individual([P(1, 0), P(1, 1), P(1, 2), P(1, 3)])
+        wait = asyncio.ensure_future(c.read_entries_or_wait(2))
+        await asyncio.sleep(0)
+        s = c.internal_stats()
+        assert (s["pendingReadOps"], s["waitingReadOp"]) == (0, True)
+        assert s["subscriptionHavePendingRead"] is True
+        c.cancel_pending_read()
+        assert (await wait).cancelled
+
+    asyncio.run(go())
+
+
+class DictKV:
+    """A key-value store with no ``put_many``: the persister falls back to one put per key."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.puts: list[str] = []
+
+    def get(self, key: str) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self.puts.append(key)
+        self.data[key] = value
+
+    def delete(self, key: str) -> bool:
+        return self.data.pop(key, None) is not None
+
+
+def durable_cursors(kv: DictKV, persister: CursorPersister, n: int) -> list[ManagedCursor]:
+    ledger = InMemoryLedger()
+    ledger.add_entries(5)
+    store = KeyValueCursorStore(kv, "cursors/t/")
+    config = CursorConfig(mark_delete_rate_limit=0)
+    return [
+        ManagedCursor(
+            f"s{i}", ledger, store, initial_position=EARLIEST, config=config, persister=persister
+        )
+        for i in range(n)
+    ]
+
+
+def test_the_persister_saves_one_put_per_cursor_without_put_many() -> None:
+    async def go() -> None:
+        kv = DictKV()
+        persister = CursorPersister(kv)
+        cursors = durable_cursors(kv, persister, 3)
+        kv.puts.clear()
+        for c in cursors:
+            c.ack_individual([P(1, 0)])
+            c.ack_individual([P(1, 1)])  # scheduled twice in one turn, saved once
+        assert kv.puts == []
+        await asyncio.sleep(0)
+        assert sorted(kv.puts) == ["cursors/t/s0", "cursors/t/s1", "cursors/t/s2"]
+        assert (persister.commits, persister.saved) == (1, 3)
+        for c in cursors:
+            assert not c.is_dirty and c.persist_count == 2
+            assert c.last_persisted_mark_delete == P(1, 1)
+        again = ManagedCursor("s1", cursors[1].reader, KeyValueCursorStore(kv, "cursors/t/"))
+        assert again.mark_delete_position == P(1, 1)
+        # Nothing dirty: a turn with nothing to save commits nothing.
+        persister.schedule(cursors[0])
+        await asyncio.sleep(0)
+        assert (persister.commits, persister.saved) == (1, 3)
+        cursors[0].ack_individual([P(1, 2)])
+        cursors[2].ack_individual([P(1, 2)])
+        await asyncio.sleep(0)
+        assert (persister.commits, persister.saved) == (2, 5)
+
+    asyncio.run(go())
+
+
+def test_the_persister_saves_at_once_outside_a_loop_or_for_another_store() -> None:
+    kv = DictKV()
+    persister = CursorPersister(kv)
+    (c,) = durable_cursors(kv, persister, 1)
+    kv.puts.clear()
+    c.ack_individual([P(1, 0)])  # no running loop: saved at once
+    assert kv.puts == ["cursors/t/s0"] and not c.is_dirty
+
+    async def go() -> None:
+        other_kv = DictKV()
+        other = CursorPersister(other_kv)
+        c.ack_batch_index(P(1, 1), [0b10], 2)  # dirty, the mark-delete did not move
+        assert c.is_dirty
+        other.schedule(c)  # not its store: saved at once, through the cursor's own store
+        assert not c.is_dirty and kv.puts == ["cursors/t/s0"] * 2
+        await asyncio.sleep(0)
+        assert other_kv.puts == [] and other.commits == 0
+        assert c.last_persisted_batch_count == 1
+
+    asyncio.run(go())
+    assert persister.commits == 0
+
+
+class FlakyStore:
+    """A cursor store whose saves fail while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        self.failing = False
+        self.saves = 0
+        self.state: dict[str, bytes] = {}
+
+    def load(self, cursor_name: str) -> bytes | None:
+        return self.state.get(cursor_name)
+
+    def save(self, cursor_name: str, state: bytes) -> None:
+        self.saves += 1
+        if self.failing:
+            raise StorageError("disk full")
+        self.state[cursor_name] = state
+
+    def delete(self, cursor_name: str) -> None:
+        self.state.pop(cursor_name, None)
+
+
+def test_a_failing_save_is_logged_once_and_rate_limited_like_a_save(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    ledger = InMemoryLedger()
+    ledger.add_entries(5)
+    store = FlakyStore()
+    c = ManagedCursor(
+        "sub", ledger, store, initial_position=EARLIEST, config=CursorConfig(), clock=lambda: now[0]
+    )
+    assert store.saves == 1 and c.last_persist_time == 100.0
+    store.failing = True
+    now[0] = 102.0
+    with caplog.at_level(logging.WARNING, logger="keyshared.storage.cursor"):
+        assert c.ack_individual([P(1, 0)])
+        assert store.saves == 2 and c.persist_failing and c.is_dirty
+        assert c.last_persist_time == 102.0  # the failed try counts for the rate limit
+        assert len(caplog.records) == 1  # logged at the first failure of a streak
+        now[0] = 102.5
+        c.ack_individual([P(1, 1)])
+        assert store.saves == 2  # within the second after the failed try: not tried again
+        now[0] = 103.5
+        c.ack_individual([P(1, 2)])
+        assert store.saves == 3 and c.persist_failing
+        store.failing = False
+        assert c.flush()
+        assert c.persist_failing is False and c.persist_count == 2
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert messages == [
+        ("ERROR", "cursor sub: cannot persist its ack state: disk full"),
+        ("WARNING", "cursor sub: ack state persisted again"),
+    ]
+
+
+class FailingKV(DictKV):
+    """A key-value store whose writes fail."""
+
+    def put(self, key: str, value: bytes) -> None:
+        raise StorageError("disk on fire")
+
+
+def test_a_failing_group_commit_marks_each_cursor_failing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def go() -> None:
+        kv = DictKV()
+        persister = CursorPersister(kv)
+        cursors = durable_cursors(kv, persister, 2)
+        kv.put = FailingKV.put.__get__(kv)  # type: ignore[method-assign]
+        with caplog.at_level(logging.ERROR, logger="keyshared.storage.cursor"):
+            for c in cursors:
+                c.ack_individual([P(1, 0)])
+            await asyncio.sleep(0)
+        for c in cursors:
+            assert c.persist_failing and c.is_dirty and c.persist_count == 1
+        assert persister.commits == 0
+        assert [r.getMessage() for r in caplog.records] == [
+            "cursor s0: cannot persist its ack state: disk on fire",
+            "cursor s1: cannot persist its ack state: disk on fire",
+        ]
+
+    asyncio.run(go())
+
+
+def test_every_cursor_setting_comes_from_its_broker_key() -> None:
+    conf = BrokerConfig()
+    conf.managedLedgerMaxUnackedRangesToPersistInMetadataStore = 11
+    conf.managedLedgerMaxBatchDeletedIndexToPersist = 12
+    conf.managedLedgerCursorPositionFlushSeconds = 13
+    conf.acknowledgmentAtBatchIndexLevelEnabled = False
+    cc = CursorConfig.from_broker_config(conf)
+    assert cc.max_unacked_ranges_to_persist_in_metadata_store == 11
+    assert cc.max_batch_deleted_index_to_persist == 12
+    assert cc.position_flush_seconds == 13.0
+    assert cc.batch_index_ack_enabled is False
+
+
+def test_a_restore_keeps_only_the_bitsets_of_unacked_entries() -> None:
+    ledger = InMemoryLedger()
+    ledger.add_entries(8)
+    store = MemoryCursorStore()
+    acked = RangeSet()
+    acked.add(P(1, 5))
+    snapshot = CursorSnapshot(
+        P(1, 2), acked.to_bytes(), [(P(1, 4), [0b11]), (P(1, 5), [0b1]), (P(1, 6), [])]
+    )
+    data = encode_snapshot(snapshot)
+    store.save("c", data)
+    c = ManagedCursor("c", ledger, store)
+    assert c.last_persisted_bytes == len(data)
+    assert dict(c.batch_deleted_indexes) == {P(1, 4): 0b11}
+    assert c.last_persisted_mark_delete == P(1, 2)
+    assert c.last_persisted_batch_count == 1
+
+
+def test_batch_index_acks_of_an_unknown_or_one_message_batch() -> None:
+    _, c = cursor_over(6)
+    # Size 0 (unknown): the ack set is taken as it comes.
+    assert not c.ack_batch_index(P(1, 1), [0b11], 0)
+    assert c.get_ack_set(P(1, 1)) == [0b11]
+    assert not c.ack_batch_index(P(1, 2), [0b10], 0)
+    assert c.get_ack_set(P(1, 2)) == [0b10]
+    # One message still unacked: nothing to record.
+    assert not c.ack_batch_index(P(1, 3), [0b1], 1)
+    assert c.get_ack_set(P(1, 3)) is None
+    # Bits past the batch's size are no messages.
+    assert not c.ack_batch_index(P(1, 4), [0b110], 2)
+    assert c.get_ack_set(P(1, 4)) == [0b10]
+    assert not c.is_acked(P(1, 1)) and not c.is_acked(P(1, 2))
+
+
+def test_a_bitset_of_unknown_size_is_cut_to_the_size_a_later_ack_gives() -> None:
+    _, c = cursor_over(3)
+    assert not c.ack_batch_index(P(1, 1), [0b111], 0)
+    assert not c.ack_batch_index(P(1, 1), [0b110], 2)
+    assert c.get_ack_set(P(1, 1)) == [0b10]
+
+
+def test_cumulative_acks_count_what_they_ack_and_refuse_past_the_end() -> None:
+    _, c = cursor_over(8, persist_on_mark_delete=False)
+    c.ack_individual([P(1, 0), P(1, 1), P(1, 4)])
+    assert c.messages_consumed_counter == 3
+    assert not c.ack_cumulative(P(1, 1))  # the mark-delete position itself: nothing
+    assert c.messages_consumed_counter == 3
+    c.flush()
+    assert c.ack_cumulative(P(1, 5))  # 1:2, 1:3 and 1:5; 1:4 was acked before
+    assert c.messages_consumed_counter == 6
+    assert c.is_dirty is True
+    with pytest.raises(ValueError, match=r"^cannot mark-delete 1:9: after the last entry$"):
+        c.ack_cumulative(P(1, 9))
+
+
+def test_clear_backlog_marks_a_change_only_when_there_was_a_backlog() -> None:
+    _, c = cursor_over(4)
+    c.clear_backlog()
+    assert c.is_dirty is True  # not durable: nothing saves it
+    _, nothing = cursor_over(4)
+    nothing.ack_cumulative(P(1, 3))
+    nothing._dirty = False  # as after a save: no backlog left to clear
+    nothing.clear_backlog()
+    assert nothing.is_dirty is False
+
+
+def test_clear_backlog_saves_at_once_whatever_the_rate_limit() -> None:
+    ledger = InMemoryLedger()
+    ledger.add_entries(4)
+    store = FlakyStore()
+    c = ManagedCursor("c", ledger, store, initial_position=EARLIEST, clock=lambda: 5.0)
+    c.clear_backlog()  # within the rate limit's second after the first save
+    assert store.saves == 2 and c.is_dirty is False and c.persist_failing is False
+    again = ManagedCursor("c", ledger, store, clock=lambda: 5.0)
+    assert again.mark_delete_position == P(1, 3)
+    assert c.persist_count == 2
+
+
+def test_a_cumulative_ack_over_no_entry_counts_nothing() -> None:
+    ledger = InMemoryLedger(max_entries_per_ledger=3)  # 1:0..1:2, 2:0..2:2
+    ledger.add_entries(6)
+    c = ManagedCursor("c", ledger, None, durable=False, initial_position=EARLIEST)
+    c.ack_individual([P(1, 0), P(1, 1), P(1, 2)])
+    assert c.messages_consumed_counter == 3
+    assert c.ack_cumulative(P(1, 50))  # past ledger 1's end, before ledger 2: no entry
+    assert c.messages_consumed_counter == 3
