@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from keyshared.config import BrokerConfig
+from keyshared.storage import cursor_codec
 from keyshared.storage.cursor import (
     CursorConfig,
     CursorPersister,
@@ -406,3 +407,31 @@ def test_a_cumulative_ack_over_no_entry_counts_nothing() -> None:
     assert c.messages_consumed_counter == 3
     assert c.ack_cumulative(P(1, 50))  # past ledger 1's end, before ledger 2: no entry
     assert c.messages_consumed_counter == 3
+
+
+def test_a_skip_keeps_the_bitsets_of_entries_after_what_it_skips() -> None:
+    _, c = cursor_over(10)
+    c.ack_individual([P(1, 2)])
+    assert not c.ack_batch_index(P(1, 1), [0b0110], 4)
+    assert not c.ack_batch_index(P(1, 6), [0b0110], 4)
+    # 1:0, 1:1 (its bitset goes with it) and 1:3, stepping over the acked 1:2.
+    assert c.skip_entries(3) == 3
+    assert c.mark_delete_position == P(1, 3)
+    assert dict(c.batch_deleted_indexes) == {P(1, 6): 0b0110}
+    assert c.get_ack_set(P(1, 6)) == [0b0110]
+
+
+def test_the_varint_message_class_packs_uint64s_as_field_one() -> None:
+    # Built once at import, before a test can switch a mutant on: called again here.
+    varints = cursor_codec._varint_message_class()
+    values = [0, 1, 127, 128, 300, 2**64 - 1]
+    payload = bytearray()
+    for v in values:
+        cursor_codec.write_uvarint(payload, v)
+    msg = varints()
+    msg.v.extend(values)
+    # proto3 packs a repeated uint64: one tag (field 1, length-delimited), the length, the varints.
+    assert msg.SerializeToString() == b"\x0a" + bytes([len(payload)]) + bytes(payload)
+    back = varints()
+    back.ParseFromString(b"\x0a" + bytes([len(payload)]) + bytes(payload))
+    assert list(back.v) == values
