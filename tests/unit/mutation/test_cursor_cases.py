@@ -435,3 +435,31 @@ def test_the_varint_message_class_packs_uint64s_as_field_one() -> None:
     back = varints()
     back.ParseFromString(b"\x0a" + bytes([len(payload)]) + bytes(payload))
     assert list(back.v) == values
+
+
+def snapshot_with_batch_values(values: list[int]) -> bytes:
+    """A stored cursor state at 1:2 with no ranges whose batch block holds ``values``."""
+    out = bytearray((cursor_codec.SNAPSHOT_VERSION,))
+    for v in (cursor_codec.zigzag(1), cursor_codec.zigzag(2), 0):
+        cursor_codec.write_uvarint(out, v)
+    block = cursor_codec.encode_uvarints(values)
+    cursor_codec.write_uvarint(out, len(block))
+    return bytes(out + block)
+
+
+def test_corrupt_cursor_states_are_refused_with_what_is_wrong() -> None:
+    decode = cursor_codec.decode_snapshot
+    err = cursor_codec.CursorCodecError
+    with pytest.raises(err, match=r"^empty cursor state$"):
+        decode(b"")
+    other = cursor_codec.SNAPSHOT_VERSION + 1
+    with pytest.raises(err, match=rf"^unknown cursor state version {other}$"):
+        decode(bytes((other, 0)))
+    one = [1, cursor_codec.zigzag(1), cursor_codec.zigzag(5)]
+    assert decode(snapshot_with_batch_values([*one, 1, 7])).batch_indexes == [(P(1, 5), [7])]
+    with pytest.raises(err, match=r"^truncated batch bitset$"):
+        decode(snapshot_with_batch_values([*one, 3, 7]))
+    with pytest.raises(err, match=r"^truncated batch block$"):
+        decode(snapshot_with_batch_values(one))
+    with pytest.raises(err, match=r"^trailing data in batch block$"):
+        decode(snapshot_with_batch_values([*one, 1, 7, 9]))
