@@ -455,6 +455,12 @@ def test_corrupt_cursor_states_are_refused_with_what_is_wrong() -> None:
     other = cursor_codec.SNAPSHOT_VERSION + 1
     with pytest.raises(err, match=rf"^unknown cursor state version {other}$"):
         decode(bytes((other, 0)))
+    head = bytearray((cursor_codec.SNAPSHOT_VERSION, 2, 4, 5))  # at 1:2, ranges of 5 bytes
+    with pytest.raises(err, match=r"^truncated range set$"):
+        decode(bytes(head + b"\x01\x02"))
+    whole = cursor_codec.encode_snapshot(CursorSnapshot(P(1, 2)))
+    with pytest.raises(err, match=r"^batch block length does not match the data$"):
+        decode(whole + b"\x00")
     one = [1, cursor_codec.zigzag(1), cursor_codec.zigzag(5)]
     assert decode(snapshot_with_batch_values([*one, 1, 7])).batch_indexes == [(P(1, 5), [7])]
     with pytest.raises(err, match=r"^truncated batch bitset$"):
