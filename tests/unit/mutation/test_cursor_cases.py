@@ -461,6 +461,8 @@ def test_corrupt_cursor_states_are_refused_with_what_is_wrong() -> None:
     whole = cursor_codec.encode_snapshot(CursorSnapshot(P(1, 2)))
     with pytest.raises(err, match=r"^batch block length does not match the data$"):
         decode(whole + b"\x00")
+    with pytest.raises(err, match=r"^corrupt varint block: "):
+        cursor_codec.decode_uvarints(b"\x80")  # a varint cut short
     one = [1, cursor_codec.zigzag(1), cursor_codec.zigzag(5)]
     assert decode(snapshot_with_batch_values([*one, 1, 7])).batch_indexes == [(P(1, 5), [7])]
     with pytest.raises(err, match=r"^truncated batch bitset$"):
@@ -469,3 +471,19 @@ def test_corrupt_cursor_states_are_refused_with_what_is_wrong() -> None:
         decode(snapshot_with_batch_values(one))
     with pytest.raises(err, match=r"^trailing data in batch block$"):
         decode(snapshot_with_batch_values([*one, 1, 7, 9]))
+
+
+def test_a_skip_counts_what_it_skips_and_saves_at_once() -> None:
+    _, c = cursor_over(6)
+    c.ack_individual([P(1, 0)])
+    c._dirty = False  # as after a save
+    assert c.skip_entries(2) == 2
+    assert c.messages_consumed_counter == 3
+    assert c.is_dirty is True  # not durable: nothing saves it
+    ledger = InMemoryLedger()
+    ledger.add_entries(4)
+    store = FlakyStore()
+    d = ManagedCursor("c", ledger, store, initial_position=EARLIEST, clock=lambda: 5.0)
+    assert d.skip_entries(2) == 2  # within the rate limit's second after the first save
+    assert store.saves == 2 and d.is_dirty is False
+    assert ManagedCursor("c", ledger, store, clock=lambda: 5.0).mark_delete_position == P(1, 1)
