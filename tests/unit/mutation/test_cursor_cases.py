@@ -487,3 +487,25 @@ def test_a_skip_counts_what_it_skips_and_saves_at_once() -> None:
     assert d.skip_entries(2) == 2  # within the rate limit's second after the first save
     assert store.saves == 2 and d.is_dirty is False
     assert ManagedCursor("c", ledger, store, clock=lambda: 5.0).mark_delete_position == P(1, 1)
+
+
+def test_a_stale_or_cancelled_read_gives_an_empty_list() -> None:
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(4)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries(2))
+        await asyncio.sleep(0)
+        c.seek(P(1, 2))
+        reader.complete_all()
+        moved = await read
+        assert moved.stale and moved.entries == []
+        c.ack_individual([P(1, 0), P(1, 1), P(1, 2), P(1, 3)])
+        wait = asyncio.ensure_future(c.read_entries_or_wait(2))
+        await asyncio.sleep(0)
+        c.cancel_pending_read()
+        cancelled = await wait
+        assert cancelled.cancelled and cancelled.entries == []
+
+    asyncio.run(go())
