@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from keyshared.config import BrokerConfig
+from keyshared.storage import cursor_codec
 from keyshared.storage.cursor import (
     CursorConfig,
     CursorPersister,
@@ -406,3 +407,105 @@ def test_a_cumulative_ack_over_no_entry_counts_nothing() -> None:
     assert c.messages_consumed_counter == 3
     assert c.ack_cumulative(P(1, 50))  # past ledger 1's end, before ledger 2: no entry
     assert c.messages_consumed_counter == 3
+
+
+def test_a_skip_keeps_the_bitsets_of_entries_after_what_it_skips() -> None:
+    _, c = cursor_over(10)
+    c.ack_individual([P(1, 2)])
+    assert not c.ack_batch_index(P(1, 1), [0b0110], 4)
+    assert not c.ack_batch_index(P(1, 6), [0b0110], 4)
+    # 1:0, 1:1 (its bitset goes with it) and 1:3, stepping over the acked 1:2.
+    assert c.skip_entries(3) == 3
+    assert c.mark_delete_position == P(1, 3)
+    assert dict(c.batch_deleted_indexes) == {P(1, 6): 0b0110}
+    assert c.get_ack_set(P(1, 6)) == [0b0110]
+
+
+def test_the_varint_message_class_packs_uint64s_as_field_one() -> None:
+    # Built once at import, before a test can switch a mutant on: called again here.
+    varints = cursor_codec._varint_message_class()
+    values = [0, 1, 127, 128, 300, 2**64 - 1]
+    payload = bytearray()
+    for v in values:
+        cursor_codec.write_uvarint(payload, v)
+    msg = varints()
+    msg.v.extend(values)
+    # proto3 packs a repeated uint64: one tag (field 1, length-delimited), the length, the varints.
+    assert msg.SerializeToString() == b"\x0a" + bytes([len(payload)]) + bytes(payload)
+    back = varints()
+    back.ParseFromString(b"\x0a" + bytes([len(payload)]) + bytes(payload))
+    assert list(back.v) == values
+
+
+def snapshot_with_batch_values(values: list[int]) -> bytes:
+    """A stored cursor state at 1:2 with no ranges whose batch block holds ``values``."""
+    out = bytearray((cursor_codec.SNAPSHOT_VERSION,))
+    for v in (cursor_codec.zigzag(1), cursor_codec.zigzag(2), 0):
+        cursor_codec.write_uvarint(out, v)
+    block = cursor_codec.encode_uvarints(values)
+    cursor_codec.write_uvarint(out, len(block))
+    return bytes(out + block)
+
+
+def test_corrupt_cursor_states_are_refused_with_what_is_wrong() -> None:
+    decode = cursor_codec.decode_snapshot
+    err = cursor_codec.CursorCodecError
+    with pytest.raises(err, match=r"^empty cursor state$"):
+        decode(b"")
+    other = cursor_codec.SNAPSHOT_VERSION + 1
+    with pytest.raises(err, match=rf"^unknown cursor state version {other}$"):
+        decode(bytes((other, 0)))
+    head = bytearray((cursor_codec.SNAPSHOT_VERSION, 2, 4, 5))  # at 1:2, ranges of 5 bytes
+    with pytest.raises(err, match=r"^truncated range set$"):
+        decode(bytes(head + b"\x01\x02"))
+    whole = cursor_codec.encode_snapshot(CursorSnapshot(P(1, 2)))
+    with pytest.raises(err, match=r"^batch block length does not match the data$"):
+        decode(whole + b"\x00")
+    with pytest.raises(err, match=r"^corrupt varint block: "):
+        cursor_codec.decode_uvarints(b"\x80")  # a varint cut short
+    one = [1, cursor_codec.zigzag(1), cursor_codec.zigzag(5)]
+    assert decode(snapshot_with_batch_values([*one, 1, 7])).batch_indexes == [(P(1, 5), [7])]
+    with pytest.raises(err, match=r"^truncated batch bitset$"):
+        decode(snapshot_with_batch_values([*one, 3, 7]))
+    with pytest.raises(err, match=r"^truncated batch block$"):
+        decode(snapshot_with_batch_values(one))
+    with pytest.raises(err, match=r"^trailing data in batch block$"):
+        decode(snapshot_with_batch_values([*one, 1, 7, 9]))
+
+
+def test_a_skip_counts_what_it_skips_and_saves_at_once() -> None:
+    _, c = cursor_over(6)
+    c.ack_individual([P(1, 0)])
+    c._dirty = False  # as after a save
+    assert c.skip_entries(2) == 2
+    assert c.messages_consumed_counter == 3
+    assert c.is_dirty is True  # not durable: nothing saves it
+    ledger = InMemoryLedger()
+    ledger.add_entries(4)
+    store = FlakyStore()
+    d = ManagedCursor("c", ledger, store, initial_position=EARLIEST, clock=lambda: 5.0)
+    assert d.skip_entries(2) == 2  # within the rate limit's second after the first save
+    assert store.saves == 2 and d.is_dirty is False
+    assert ManagedCursor("c", ledger, store, clock=lambda: 5.0).mark_delete_position == P(1, 1)
+
+
+def test_a_stale_or_cancelled_read_gives_an_empty_list() -> None:
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(4)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries(2))
+        await asyncio.sleep(0)
+        c.seek(P(1, 2))
+        reader.complete_all()
+        moved = await read
+        assert moved.stale and moved.entries == []
+        c.ack_individual([P(1, 0), P(1, 1), P(1, 2), P(1, 3)])
+        wait = asyncio.ensure_future(c.read_entries_or_wait(2))
+        await asyncio.sleep(0)
+        c.cancel_pending_read()
+        cancelled = await wait
+        assert cancelled.cancelled and cancelled.entries == []
+
+    asyncio.run(go())
