@@ -74,6 +74,10 @@ def diff_of(mutant: Mutant) -> str:
     os.chdir(ROOT)
     try:
         return get_diff_for_mutant(mutant.name, path=path)
+    except FileNotFoundError:
+        # A recorded survivor of an earlier run whose function has since moved to another
+        # module (broker/dedup.py's decisions went to dedup_state.py): its name is all we have.
+        return f"(no diff: {mutant.name} is from an earlier run; its function has moved since)"
     finally:
         os.chdir(cwd)
 
