@@ -226,23 +226,7 @@ class FrameDecoder:
                 if command.type in _PAYLOAD_REQUIRED:
                     raise MalformedFrame(f"{_type_name(command.type)} without a payload")
                 return Frame(command)
-            pos = cmd_end
-            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_BROKER_ENTRY_METADATA:
-                if end - pos < 6:
-                    raise MalformedFrame("truncated broker entry metadata header")
-                (_, bem_size) = _MAGIC_U32.unpack_from(buf, pos)
-                pos += 6 + bem_size
-                if pos > end:
-                    raise MalformedFrame("broker entry metadata runs past the end of the frame")
-            checksum: int | None = None
-            checksum_ok = True
-            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_CRC32C:
-                if end - pos < 6:
-                    raise MalformedFrame("truncated checksum")
-                (_, checksum) = _MAGIC_U32.unpack_from(buf, pos)
-                pos += 6
-                checksum_ok = crc32c(view[pos:end]) == checksum
-            payload = bytes(view[pos:end])
+            payload, checksum, checksum_ok = _payload_section(buf, view, cmd_end, end)
         if fields is not None:
             return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
         return Frame(command, payload, checksum, checksum_ok)
@@ -257,23 +241,31 @@ class FrameDecoder:
         if pos == end:
             raise MalformedFrame("SEND without a payload")
         with memoryview(buf) as view:
-            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_BROKER_ENTRY_METADATA:
-                if end - pos < 6:
-                    raise MalformedFrame("truncated broker entry metadata header")
-                (_, bem_size) = _MAGIC_U32.unpack_from(buf, pos)
-                pos += 6 + bem_size
-                if pos > end:
-                    raise MalformedFrame("broker entry metadata runs past the end of the frame")
-            checksum: int | None = None
-            checksum_ok = True
-            if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_CRC32C:
-                if end - pos < 6:
-                    raise MalformedFrame("truncated checksum")
-                (_, checksum) = _MAGIC_U32.unpack_from(buf, pos)
-                pos += 6
-                checksum_ok = crc32c(view[pos:end]) == checksum
-            payload = bytes(view[pos:end])
+            payload, checksum, checksum_ok = _payload_section(buf, view, pos, end)
         return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
+
+
+def _payload_section(
+    buf: bytearray, view: memoryview, pos: int, end: int
+) -> tuple[bytes, int | None, bool]:
+    """What follows a command that has a payload: a broker entry metadata section, skipped; the
+    checksum, verified; the payload, copied out. Returns (payload, checksum, checksum_ok)."""
+    if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_BROKER_ENTRY_METADATA:
+        if end - pos < 6:
+            raise MalformedFrame("truncated broker entry metadata header")
+        (_, bem_size) = _MAGIC_U32.unpack_from(buf, pos)
+        pos += 6 + bem_size
+        if pos > end:
+            raise MalformedFrame("broker entry metadata runs past the end of the frame")
+    checksum: int | None = None
+    checksum_ok = True
+    if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_CRC32C:
+        if end - pos < 6:
+            raise MalformedFrame("truncated checksum")
+        (_, checksum) = _MAGIC_U32.unpack_from(buf, pos)
+        pos += 6
+        checksum_ok = crc32c(view[pos:end]) == checksum
+    return bytes(view[pos:end]), checksum, checksum_ok
 
 
 _U64_LIMIT = 1 << 64
