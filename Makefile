@@ -45,7 +45,10 @@ deps-fuse:
 # Two workers: the integration tests mostly wait on brokers and clients, so they overlap well
 # with the CPU-bound simulation and property tests on a 2-core machine. Spark tests share one
 # worker (one SparkSession, one JVM).
+# Byte-compiled first, as for `make run`: the suite starts hundreds of broker and client
+# processes, and under PYTHONDONTWRITEBYTECODE=1 each would compile every module again.
 test: $(STAMP) check deps-browser deps-fuse
+	@$(PY) -m compileall -q src tests >/dev/null
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 proto: $(STAMP)
