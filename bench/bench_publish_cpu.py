@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.e2e import brokers  # noqa: E402
 from bench.e2e.pool import WorkerPool  # noqa: E402
+from bench.e2e.report import write_result  # noqa: E402
 from bench.e2e.workers import ProduceSpec  # noqa: E402
 
 READY_TIMEOUT_S = 30.0
@@ -266,20 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         "targets": {"unbatched_us": 12, "batched_entry_us": 20},
     }
     print(json.dumps(summary, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": " ".join([Path(sys.executable).name, *sys.argv]),
-                "label": args.label,
-                "settings": {k: str(v) for k, v in vars(args).items()},
-                "summary": summary,
-                "runs": runs,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write_result(args, summary, runs)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.e2e import brokers  # noqa: E402
+from bench.e2e.report import write_result  # noqa: E402
 
 TARGET_LISTEN_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -124,20 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_after": [round(x, 2) for x in os.getloadavg()],
     }
     print(json.dumps(summary, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": " ".join([Path(sys.executable).name, *sys.argv]),
-                "label": args.label,
-                "settings": {k: str(v) for k, v in vars(args).items()},
-                "summary": summary,
-                "runs": runs,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    write_result(args, summary, runs)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from .stats import ratio, summary
@@ -17,6 +21,22 @@ LATENCY_P99_TARGET_MS = 5.0
 # The p99 target applies to probes at this rate (alone and beside the 10,000 msg/s producer).
 LATENCY_TARGET_RATE = 1_000
 STARTUP_TARGET_S = 0.5
+
+
+def write_result(
+    args: argparse.Namespace, figures: dict[str, Any], runs: Sequence[dict[str, Any]]
+) -> None:
+    """Write a single-subject bench's JSON to ``args.out``: the command line, its ``--label``,
+    every setting, the summary figures and the raw runs."""
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "label": args.label,
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "summary": figures,
+        "runs": list(runs),
+    }
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
 
 
 def _ok_runs(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
