@@ -11,10 +11,7 @@ names a host the proxy has no route for: nothing goes there. About 10 s on ``-n 
 
 from __future__ import annotations
 
-import socket
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,29 +21,15 @@ import pytest
 from tests.broker_process import BrokerProcess
 from tests.certs import make_certs
 from tests.integration.admin_support import ok, tpath
-from tests.integration.geo_support import client, drain
+from tests.integration.geo_support import client, drain, free_port, wait_for
 from tests.sni_proxy import SniProxy
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def test_replication_through_an_sni_proxy(tmp_path: Path) -> None:
     certs = make_certs(tmp_path / "tls")
-    tls_port, web_tls_port = _free_port(), _free_port()
+    tls_port, web_tls_port = free_port(), free_port()
     remote = BrokerProcess(
         conf={
             "clusterName": "ct",
@@ -67,7 +50,7 @@ def test_replication_through_an_sni_proxy(tmp_path: Path) -> None:
     )
     broker = ("127.0.0.1", tls_port)
     proxy = SniProxy({"ct-broker.test": broker, "localhost": broker})
-    dead = f"127.0.0.1:{_free_port()}"
+    dead = f"127.0.0.1:{free_port()}"
     try:
         proxy.start()
         for b in (remote, local):
@@ -105,7 +88,7 @@ def test_replication_through_an_sni_proxy(tmp_path: Path) -> None:
         def replication(t: str, cluster: str) -> dict[str, Any]:
             return dict(ok(local, "GET", tpath(t, "stats"))["replication"][cluster])
 
-        _wait(lambda: replication(topic, "ct")["replicationBacklog"] == 0)
+        wait_for(lambda: replication(topic, "ct")["replicationBacklog"] == 0)
         r = client(remote)
         try:
             consumer = r.subscribe(topic, "audit", initial_position=pulsar.InitialPosition.Earliest)
@@ -116,7 +99,7 @@ def test_replication_through_an_sni_proxy(tmp_path: Path) -> None:
         # Both the registered name and the lookup's redirect went through the proxy.
         assert proxy.routed["ct-broker.test"] >= 1 and proxy.routed["localhost"] >= 1
         # A host the proxy cannot route: refused there, everything kept here.
-        _wait(lambda: "nowhere.test" in proxy.refused)
+        wait_for(lambda: "nowhere.test" in proxy.refused)
         rep = replication(unrouted, "cw")
         assert rep["connected"] is False and rep["replicationBacklog"] == len(sent)
         assert "nowhere.test" not in proxy.routed

@@ -10,10 +10,7 @@ registered as ``cx`` with a ``ClusterData`` trusting another CA gets nothing. Ab
 
 from __future__ import annotations
 
-import socket
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,28 +20,15 @@ import pytest
 from tests.broker_process import BrokerProcess, quiet_logger
 from tests.certs import make_certs
 from tests.integration.admin_support import ok, tpath
+from tests.integration.geo_support import free_port, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def test_replication_over_tls_with_the_brokers_trust_settings(tmp_path: Path) -> None:
     certs = make_certs(tmp_path / "tls")
     other_ca = make_certs(tmp_path / "other", name="someone else")
-    tls_port, web_tls_port = _free_port(), _free_port()
+    tls_port, web_tls_port = free_port(), free_port()
     remote = BrokerProcess(
         conf={
             "clusterName": "ct",
@@ -62,7 +46,7 @@ def test_replication_over_tls_with_the_brokers_trust_settings(tmp_path: Path) ->
             "brokerClientTrustCertsFilePath": certs.ca,
         }
     )
-    dead = f"127.0.0.1:{_free_port()}"
+    dead = f"127.0.0.1:{free_port()}"
     try:
         for b in (remote, local):
             b.start()
@@ -104,7 +88,7 @@ def test_replication_over_tls_with_the_brokers_trust_settings(tmp_path: Path) ->
         def replication(t: str, path: str, cluster: str) -> dict[str, Any]:
             return dict(ok(local, "GET", tpath(t, path))["replication"][cluster])
 
-        _wait(lambda: replication(topic, "partitioned-stats", "ct")["replicationBacklog"] == 0)
+        wait_for(lambda: replication(topic, "partitioned-stats", "ct")["replicationBacklog"] == 0)
         assert ok(remote, "GET", tpath(topic, "partitions")) == {"partitions": 2}
         assert ok(remote, "GET", tpath(topic, "partitioned-stats"))["msgInCounter"] == 10
         # Towards "cx", whose trust file does not trust the remote's certificate: nothing.
