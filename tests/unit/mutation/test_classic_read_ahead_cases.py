@@ -4,6 +4,9 @@ survived ``make mutate`` (bench/results/mutation/report.md)."""
 
 from __future__ import annotations
 
+import pytest
+
+from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
 from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from tests.sim.test_classic_timelines import KEY_A, KEY_B, Timeline
 from tests.sim.world import payload
@@ -15,9 +18,15 @@ def _classic(t: Timeline) -> ClassicKeySharedDispatcher:
     return d
 
 
+def _key_shared(t: Timeline) -> KeySharedDispatcher:
+    d = t.sub.dispatcher
+    assert isinstance(d, KeySharedDispatcher)
+    return d
+
+
 def _flow(t: Timeline, permits: dict[str, int]) -> None:
     """FLOWs of several consumers before the loop runs, then settle."""
-    d = _classic(t)
+    d = _key_shared(t)
     for name, n in permits.items():
         t.consumers[name].add_permits(n)
         d.consumer_flow(t.consumers[name], n)
@@ -34,7 +43,7 @@ def _a1_queued_behind_c1s_permits(t: Timeline) -> None:
     t.join("c2", 0)
     _flow(t, {"c1": 1, "c2": 2})
     assert len(t.positions_of("c1", KEY_A)) == 1 and len(t.positions_of("c2", KEY_B)) == 1
-    d = _classic(t)
+    d = _key_shared(t)
     assert len(d.replay) == 1 and not d.have_pending_read
 
 
@@ -87,5 +96,28 @@ def test_no_normal_read_while_only_recently_joined_consumers_have_permits() -> N
         t.ack_all("c1")
         _flow(t, {"c1": 1})
         t.wait_until(lambda: t.positions_of("c1", KEY_B) + t.positions_of("c3", KEY_B) == [b0])
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize(
+    ("dispatcher", "flag"),
+    [("last_sent", "_stuck_on_replays"), ("pip379", "_skip_next_replay")],
+    ids=["classic", "pip379"],
+)
+def test_no_read_ahead_skip_at_the_tail_of_the_topic(dispatcher: str, flag: str) -> None:
+    # After a replay round that sent nothing the next round skips the replay to read ahead; at
+    # the tail there is nothing to read ahead, so the skip only parked a read there, and a1 (its
+    # consumer has just got a permit) waited in the queue until the next publish.
+    t = Timeline(dispatcher)
+    try:
+        _a1_queued_behind_c1s_permits(t)
+        d = _key_shared(t)
+        assert hasattr(d, flag)
+        a1 = next(iter(d.replay.iter_positions()))
+        assert not d.cursor.has_more_entries() and not d.have_pending_read
+        setattr(d, flag, True)  # a replay round just sent nothing
+        _flow(t, {"c1": 1})
+        assert t.positions_of("c1", KEY_A)[1:] == [a1]
     finally:
         t.close()

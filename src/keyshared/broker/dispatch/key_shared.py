@@ -223,8 +223,13 @@ class KeySharedDispatcher(SharedDispatcher):
         """Queued positions whose consumer has room and whose hash is not blocked."""
         if self._skip_next_replay:
             self._skip_next_replay = False
-            # Only when a read ahead can start now (see the classic dispatcher's twin).
-            if not self.have_pending_read and self.normal_read_allowed():
+            # Only when a read ahead can start now and has something to read (see the classic
+            # dispatcher's twin).
+            if (
+                not self.have_pending_read
+                and self.cursor.has_more_entries()
+                and self.normal_read_allowed()
+            ):
                 return []
         # With allowOutOfOrderDelivery too: a head of entries for consumers without permits must
         # not keep a consumer with permits from what is queued for it behind them.
