@@ -54,7 +54,7 @@ def apply_moves(
     return slots
 
 
-def _build(moves: list[tuple[int, int, C]]) -> list[C | None] | None:
+def _build(moves: list[tuple[int, int, C | None]]) -> list[C | None] | None:
     """A table with only ``moves`` set, built slot range by slot range; None if they overlap
     (then the later move must win, which the in-order slice assignments give)."""
     if len(moves) == 1 and moves[0][0] == 0 and moves[0][1] == TABLE_SIZE - 1:
