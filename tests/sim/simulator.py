@@ -438,6 +438,9 @@ class Simulation:
                     self.step_no += 1
                     self.step()
                     self.check_step()
+                    stall = idle.at_rest(self)
+                    if stall is not None:
+                        raise Violation(stall)
                 self.step_no += 1
                 stall = idle.probe(self)
                 if stall is not None:

@@ -13,6 +13,7 @@ import pytest
 from keyshared.broker.consumer import Consumer, KeySharedMeta, SubType
 from keyshared.broker.dispatch.base import Dispatcher
 from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
+from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
 from keyshared.broker.dispatch.selectors.consistent import (
     ConsistentHashingStickyKeyConsumerSelector,
 )
@@ -21,7 +22,7 @@ from keyshared.protocol import sticky_key_hash
 from keyshared.protocol.hashing import slot_of_hash
 from keyshared.storage.position import Position
 from tests.sim import idle
-from tests.sim.simulator import Client, Simulation
+from tests.sim.simulator import Client, SimFailure, Simulation, run_seed
 from tests.sim.test_sim_oracle import first_failure
 from tests.sim.world import SimTransport, payload, payload_meta
 
@@ -33,6 +34,36 @@ def test_a_dispatcher_that_ignores_flow_is_an_idle_stall(monkeypatch: pytest.Mon
     monkeypatch.setattr(Dispatcher, "consumer_flow", ignore_flow)
     failure = first_failure("idle stall", budget=300)
     assert "deliverable now to a consumer with permits" in failure.message
+
+
+def test_a_read_ahead_skip_at_the_tail_is_an_idle_stall_mid_schedule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Classic Key_Shared as it was before 3e84bf1: after a replay round that sent nothing, the
+    next round skipped the replay to read ahead even at the tail of the topic, so a queued entry
+    waited for the next publish though its consumer had permits. Only the check at every rest
+    sees it, on seed 17446, the first to from 0: the probe at the end of the schedule sees it
+    neither there nor on any of ``make test``'s 15,000 seeds (0-14,999), because the next client
+    action of the schedule unsticks the entry. Within that budget the timeline test in
+    tests/unit/mutation/test_classic_read_ahead_cases.py is what guards it; this pins the seed
+    that shows the simulator can see it."""
+    fixed = ClassicKeySharedDispatcher.replay_candidates
+
+    def skip_even_at_the_tail(self: ClassicKeySharedDispatcher, max_entries: int) -> list[Position]:
+        if self._stuck_on_replays and not self.have_pending_read and self.normal_read_allowed():
+            self._stuck_on_replays = False
+            return []
+        return fixed(self, max_entries)
+
+    run_seed(SEED_SKIP_AT_TAIL, trace=False)  # the fixed dispatcher: no stall
+    monkeypatch.setattr(ClassicKeySharedDispatcher, "replay_candidates", skip_even_at_the_tail)
+    with pytest.raises(SimFailure) as caught:
+        run_seed(SEED_SKIP_AT_TAIL, trace=False)
+    assert "idle stall" in caught.value.message
+    assert "came to rest mid-schedule" in caught.value.message
+
+
+SEED_SKIP_AT_TAIL = 17446
 
 
 # --- the unblocking handler and the parked read -----------------------------------------------
