@@ -94,7 +94,7 @@ def at_rest(sim: Simulation) -> str | None:
     stall wherever in the schedule it happens. The end-of-schedule probe alone sees a stall only
     if it happens to be the state the schedule ends in; the next client action of the schedule
     usually hides it (found this way: classic Key_Shared skipping a replay for a read ahead at
-    the tail of the topic, on seed 17446; the probe at the end saw it on no seed up to there).
+    the tail of the topic, on seed 17446; without this check the first seed to fail was 29933).
     Only looks, so the schedule is unchanged.
     """
     if sim.dispatcher is None or not sim.live or _busy(sim):

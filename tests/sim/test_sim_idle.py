@@ -42,9 +42,10 @@ def test_a_read_ahead_skip_at_the_tail_is_an_idle_stall_mid_schedule(
     """Classic Key_Shared as it was before 3e84bf1: after a replay round that sent nothing, the
     next round skipped the replay to read ahead even at the tail of the topic, so a queued entry
     waited for the next publish though its consumer had permits. Only the check at every rest
-    sees it, on seed 17446, the first to from 0: the probe at the end of the schedule sees it
-    neither there nor on any of ``make test``'s 15,000 seeds (0-14,999), because the next client
-    action of the schedule unsticks the entry. Within that budget the timeline test in
+    sees it on seed 17446, the first to from 0: without it the first seed to fail is 29933 (stuck
+    for good in the final phase: every consumer held its permits, so no FLOW came), because the
+    next client action of a schedule usually unsticks the entry. ``make test``'s seeds stop at
+    14,999: within that budget the timeline test in
     tests/unit/mutation/test_classic_read_ahead_cases.py is what guards it; this pins the seed
     that shows the simulator can see it."""
     fixed = ClassicKeySharedDispatcher.replay_candidates
