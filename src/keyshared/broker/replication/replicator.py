@@ -18,7 +18,6 @@ id (deduplication on, as in Pulsar), so each message is stored there once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -40,6 +39,7 @@ from keyshared.broker.replication.decisions import (
     replicator_producer_name,
     should_forward,
 )
+from keyshared.broker.replication.tasks import cancel_and_wait
 from keyshared.broker.replication.tls import RemoteUrls
 from keyshared.broker.topic_common import iso_time
 from keyshared.protocol import ProtocolError, split_payload
@@ -127,9 +127,7 @@ class Replicator:
         task, self._task = self._task, None
         if task is not None:
             self.cursor.cancel_pending_read()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await cancel_and_wait([task])
         self.connected = False
 
     # --- the sessions ------------------------------------------------------------------------
@@ -236,14 +234,10 @@ class Replicator:
         finally:
             self.cursor.cancel_pending_read()
             closed.cancel()
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(BaseException):
-                    await task
             for f in in_flight:
                 if f.future is not None and not f.future.done():
                     f.future.cancel()
+            await cancel_and_wait(tasks)
 
     def _forward(self, conn: RemoteConnection, position: Position, data: bytes) -> _InFlight:
         try:
