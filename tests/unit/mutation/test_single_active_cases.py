@@ -11,7 +11,9 @@ from keyshared.broker.consumer import SubType
 from keyshared.broker.dispatch.single_active import SingleActiveDispatcher
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.subscription import AckItem
+from keyshared.broker.throttle import DispatchThrottle, Rate, SharedDispatchLimiters
 from keyshared.config import BrokerConfig
+from keyshared.protocol.markers import SnapshotRequest, marker_entry
 from tests.sim.world import SimTopicName
 from tests.unit.mutation.ks_harness import Harness
 
@@ -152,3 +154,39 @@ def test_a_full_read_doubles_the_read_batch_up_to_the_max(max_batch: int, sizes:
         assert h.got("one") == sent
     finally:
         h.close()
+
+
+def test_a_dispatcher_without_a_consumer_reads_nothing(failover: Harness) -> None:
+    disp = SingleActiveDispatcher(failover.sub, failover.loop, SubType.Failover)
+    assert disp.active is None
+    disp.read_more_now()
+    assert not disp.have_pending_read
+
+
+def test_a_throttled_read_waits_for_tokens_and_a_consumer_without_permits_arms_no_timer(
+    exclusive: Harness,
+) -> None:
+    h = exclusive
+    clock = h.loop.time
+    h.sub.dispatch_throttle = DispatchThrottle(
+        clock, lambda: (Rate(msgs=1), Rate()), SharedDispatchLimiters(clock), "sim"
+    )
+    sent = h.publish("k1", "k2", "k3")
+    # One message a second: the three come one by one as the tokens refill, each read taking
+    # one (a read of nothing while throttled would spin the loop).
+    h.join("one", 3)
+    assert h.got("one") == sent
+    assert h.loop.time() >= 2.0
+    # Permits used up: nothing to read, so no retry timer either (it would fire forever).
+    assert not h.loop.has_timer()
+
+
+def test_a_read_of_markers_only_sends_nothing_and_consumes_nothing(exclusive: Harness) -> None:
+    h = exclusive
+    # A replicated-subscription marker: acknowledged by dispatch, never delivered.
+    h.ledger.add_entry(marker_entry(SnapshotRequest("s", "a"), publish_time_ms=1))
+    consumer = h.join("one", 5)
+    assert h.got("one") == []
+    assert consumer.last_consumed_timestamp == 0 and consumer.msg_out_counter == 0
+    sent = h.publish("k1")
+    assert h.got("one") == sent and consumer.last_consumed_timestamp > 0

@@ -1,0 +1,194 @@
+"""Shared dispatch, stepped by hand: what ``make mutate`` found no test saying of
+``SharedDispatcher`` and its replay queue (bench/results/mutation/report.md; the simulator runs
+the Key_Shared dispatchers built on them)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from keyshared.broker.consumer import SubType
+from keyshared.broker.dispatch.shared import SharedDispatcher
+from keyshared.config import BrokerConfig
+from keyshared.protocol import encode_payload_section, pb
+from keyshared.storage.position import Position
+from tests.unit.mutation.ks_harness import Harness
+
+
+def _shared(**settings: object) -> Harness:
+    config = BrokerConfig()
+    for k, v in settings.items():
+        setattr(config, k, v)
+    return Harness(config, sub_type=SubType.Shared)
+
+
+@pytest.fixture
+def shared() -> Iterator[Harness]:
+    h = _shared()
+    yield h
+    h.close()
+
+
+def _disp(h: Harness) -> SharedDispatcher:
+    disp = h.sub.dispatcher
+    assert isinstance(disp, SharedDispatcher)
+    return disp
+
+
+def test_entries_go_round_robin_twenty_at_a_time() -> None:
+    h = _shared(dispatcherMinReadBatchSize=50)
+    try:
+        h.join("c0", 100)
+        h.join("c1", 100)
+        sent = h.publish(*(f"k{i}" for i in range(50)))
+        assert h.got("c0") == sent[:20] + sent[40:]
+        assert h.got("c1") == sent[20:40]
+    finally:
+        h.close()
+
+
+def test_a_consumer_without_permits_is_skipped_and_the_rest_waits_for_permits() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 3)
+        h.join("c1", 0)
+        sent = h.publish(*(f"k{i}" for i in range(5)))
+        assert h.got("c0") == sent[:3] and h.got("c1") == []
+        h.flow("c1", 10)
+        assert h.got("c1") == sent[3:]
+    finally:
+        h.close()
+
+
+def test_what_a_leaving_consumer_held_goes_to_the_others_in_order(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    sent = h.publish("a", "b", "c", "d")
+    assert h.got("c0") == sent
+    h.ack("c0", [sent[1]])
+    h.join("c1", 100)
+    h.leave("c0")
+    assert h.got("c1") == [sent[0], sent[2], sent[3]]
+    assert len(_disp(h).replay) == 0
+
+
+def test_redelivery_of_some_positions_counts_them(shared: Harness) -> None:
+    h = shared
+    c0 = h.join("c0", 100)
+    sent = h.publish("a", "b", "c")
+    disp = _disp(h)
+    assert c0.unacked_messages == 3
+    # A position c0 does not hold is ignored.
+    disp.redeliver(c0, [sent[2], sent[0], Position(99, 0)])
+    h.settle()
+    assert h.got("c0") == [*sent, sent[0], sent[2]]
+    assert h.sub.redelivery_counts == {sent[0]: 1, sent[2]: 1}
+    assert c0.msg_redeliver_counter == 2 and c0.unacked_messages == 3
+    disp.redeliver(c0, None)
+    h.settle()
+    assert h.got("c0")[5:] == sent
+    assert h.sub.redelivery_counts == {sent[0]: 2, sent[1]: 1, sent[2]: 2}
+    assert c0.msg_redeliver_counter == 5
+
+
+def test_without_the_redelivery_tracker_nothing_is_counted() -> None:
+    h = _shared(subscriptionRedeliveryTrackerEnabled=False)
+    try:
+        c0 = h.join("c0", 100)
+        sent = h.publish("a")
+        _disp(h).redeliver(c0, None)
+        h.settle()
+        assert h.got("c0") == sent + sent
+        assert h.sub.redelivery_counts == {}
+    finally:
+        h.close()
+
+
+def test_the_last_consumer_leaving_forgets_the_queue_and_the_next_starts_over(
+    shared: Harness,
+) -> None:
+    h = shared
+    h.join("c0", 2)
+    sent = h.publish("a", "b", "c")
+    h.ack("c0", [sent[0]])
+    h.leave("c0")
+    disp = _disp(h)
+    assert len(disp.replay) == 0 and not disp.have_pending_read
+    h.join("c1", 100)
+    assert h.got("c1") == sent[1:]
+
+
+def _delayed(h: Harness, key: str, deliver_at_ms: int) -> Position:
+    md = pb.MessageMetadata(
+        producer_name="p",
+        sequence_id=0,
+        publish_time=1,
+        partition_key=key,
+        deliver_at_time=deliver_at_ms,
+    )
+    pos = h.ledger.add_entry(encode_payload_section(md, b"v"))
+    h.keys[pos] = key
+    return pos
+
+
+def test_delayed_entries_wait_and_the_rest_goes_out(shared: Harness) -> None:
+    h = shared
+    now = int(time.time() * 1000)
+    h.join("c0", 100)
+    later = _delayed(h, "later", now + 3_600_000)
+    due = _delayed(h, "due", now - 1)
+    h.settle()
+    disp = _disp(h)
+    assert h.got("c0") == [due]
+    assert later in disp.delayed
+    assert disp.stats() == {
+        "msgInReplay": 0,
+        "msgDelayed": 1,
+        "blockedSubscriptionOnUnackedMsgs": False,
+    }
+    h.ack("c0", [due])
+    # Acked up to past the delayed one (by hand): it is forgotten.
+    disp.on_mark_delete_moved(later)
+    assert len(disp.delayed) == 0
+
+
+def test_with_delayed_delivery_disabled_nothing_waits() -> None:
+    h = _shared(delayedDeliveryEnabled=False)
+    try:
+        h.join("c0", 100)
+        pos = _delayed(h, "later", int(time.time() * 1000) + 3_600_000)
+        h.settle()
+        assert h.got("c0") == [pos]
+    finally:
+        h.close()
+
+
+def test_the_subscription_unacked_limit_blocks_and_unblocks_below_half() -> None:
+    h = _shared(maxUnackedMessagesPerSubscription=4, dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 100)
+        sent = h.publish(*(f"k{i}" for i in range(10)))
+        disp = _disp(h)
+        # A read asks for no more than the room left: exactly the limit goes out.
+        assert h.got("c0") == sent[:4]
+        assert disp.stats()["blockedSubscriptionOnUnackedMsgs"] is True
+        h.ack("c0", sent[:2])
+        assert h.got("c0") == sent[:4]  # 2 held: not fewer than half
+        h.ack("c0", sent[2:3])
+        assert h.got("c0") == sent[:7]
+        assert disp.stats()["blockedSubscriptionOnUnackedMsgs"] is True
+    finally:
+        h.close()
+
+
+def test_a_cursor_moved_by_hand_forgets_what_was_queued_and_held(shared: Harness) -> None:
+    h = shared
+    c0 = h.join("c0", 100)
+    sent = h.publish("a", "b")
+    disp = _disp(h)
+    disp.replay.add(sent[0])
+    disp.reset()
+    assert len(disp.replay) == 0
+    assert c0.pending_acks == {} and c0.unacked_messages == 0
