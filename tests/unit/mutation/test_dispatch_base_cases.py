@@ -7,7 +7,10 @@ import asyncio
 
 import pytest
 
+from keyshared.broker.consumer import SubType
 from keyshared.broker.dispatch.base import Backoff, LoopScheduler
+from tests.sim.world import payload
+from tests.unit.mutation.ks_harness import Harness
 
 
 @pytest.mark.parametrize(
@@ -54,3 +57,38 @@ def test_the_loop_scheduler_runs_on_the_given_loop_or_the_running_one() -> None:
     finally:
         loop.close()
     assert ran[-1] == "given"
+
+
+def test_only_a_read_the_cursor_still_holds_is_cancelled() -> None:
+    h = Harness(sub_type=SubType.Shared)
+    try:
+        h.join("c0", 10)
+        disp = h.sub.dispatcher
+        assert disp is not None
+        # Nothing to read: the read waits in the cursor (parked).
+        assert disp.have_pending_read and h.cursor.has_pending_read
+        gen = disp.read_generation
+        assert disp.cancel_parked_read() is True
+        # A new generation: the cancelled read's completion is ignored.
+        assert disp.read_generation != gen
+        gen = disp.read_generation
+        assert not disp.have_pending_read and not h.cursor.has_pending_read
+        # Nothing in flight now: nothing to cancel, nothing forgotten.
+        assert disp.cancel_parked_read() is False
+        assert disp.read_generation == gen
+        disp.read_more()
+        h.settle()
+        assert disp.have_pending_read and h.cursor.has_pending_read
+        # A read the cursor has finished, its completion still queued: left alone, so its
+        # entries still go out.
+        pos = h.ledger.add_entry(payload("k", 1, False))
+        h.keys[pos] = "k"
+        while h.cursor.has_pending_read:
+            assert h.loop.run_one()
+        assert disp.have_pending_read
+        assert disp.cancel_parked_read() is False
+        assert disp.read_generation == gen
+        h.settle()
+        assert h.got("c0") == [pos]
+    finally:
+        h.close()

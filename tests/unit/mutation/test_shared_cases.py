@@ -11,9 +11,11 @@ import pytest
 
 from keyshared.broker.consumer import SubType
 from keyshared.broker.dispatch.shared import SharedDispatcher
+from keyshared.broker.subscription import AckItem
 from keyshared.config import BrokerConfig
 from keyshared.protocol import encode_payload_section, pb
 from keyshared.storage.position import Position
+from tests.sim.world import SimTransport, payload
 from tests.unit.mutation.ks_harness import Harness
 
 
@@ -45,6 +47,90 @@ def test_entries_go_round_robin_twenty_at_a_time() -> None:
         sent = h.publish(*(f"k{i}" for i in range(50)))
         assert h.got("c0") == sent[:20] + sent[40:]
         assert h.got("c1") == sent[20:40]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    ("permits", "shares"),
+    [
+        # Three with permits: 20 each, in the order they joined.
+        ((100, 100, 100), ([(0, 20)], [(20, 40)], [(40, 60)])),
+        # The one without permits is passed over (and sent nothing, not even an empty batch).
+        ((100, 0, 100), ([(0, 20), (40, 60)], [], [(20, 40)])),
+        # 30 permits each: 20, 20, then the 10 each has left.
+        ((30, 30, 0), ([(0, 20), (40, 50)], [(20, 40), (50, 60)], [])),
+    ],
+)
+def test_round_robin_shares(
+    permits: tuple[int, int, int], shares: tuple[list[tuple[int, int]], ...]
+) -> None:
+    h = _shared(dispatcherMinReadBatchSize=60)
+    try:
+        names = ("c0", "c1", "c2")
+        consumers = [h.join(name, 0) for name in names]
+        sent = h.publish(*(f"k{i}" for i in range(60)))
+        # Permits for all before the read starts: one read of all 60 entries.
+        for consumer, n in zip(consumers, permits, strict=True):
+            consumer.add_permits(n)
+        _disp(h).read_more()
+        h.settle()
+        for name, consumer, share in zip(names, consumers, shares, strict=True):
+            assert h.got(name) == [p for a, b in share for p in sent[a:b]], name
+            if not share:
+                assert consumer.last_consumed_timestamp == 0
+    finally:
+        h.close()
+
+
+def test_a_consumer_gets_no_more_than_its_permits_even_one() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 1)
+        h.join("c1", 3)
+        sent = h.publish("a", "b", "c", "d")
+        assert h.got("c0") == sent[:1] and h.got("c1") == sent[1:]
+    finally:
+        h.close()
+
+
+def test_entries_no_consumer_can_take_wait_in_the_replay_queue() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        c0 = h.join("c0", 10)
+        disp = _disp(h)
+        assert disp.have_pending_read
+        # Entries arrive while the read waits, and c0's connection fills up before it ends.
+        sent = []
+        for key in ("a", "b", "c"):
+            pos = h.ledger.add_entry(payload(key, 1, False))
+            h.keys[pos] = key
+            sent.append(pos)
+        transport = c0.transport
+        assert isinstance(transport, SimTransport)
+        transport.writable = False
+        h.loop.run_ready()
+        assert h.got("c0") == []
+        assert list(disp.replay.iter_positions()) == sent
+        assert [disp.replay.hash_of(p) for p in sent] == [0, 0, 0]
+        transport.writable = True
+        disp.on_writable()
+        h.settle()
+        assert h.got("c0") == sent
+    finally:
+        h.close()
+
+
+def test_a_replay_read_takes_no_more_than_the_permits() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 10)
+        sent = h.publish("a", "b", "c")
+        h.join("c1", 2)
+        h.leave("c0")
+        assert h.got("c1") == sent[:2]
+        h.flow("c1", 5)
+        assert h.got("c1") == sent
     finally:
         h.close()
 
@@ -192,3 +278,58 @@ def test_a_cursor_moved_by_hand_forgets_what_was_queued_and_held(shared: Harness
     disp.reset()
     assert len(disp.replay) == 0
     assert c0.pending_acks == {} and c0.unacked_messages == 0
+
+
+def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    start = h.loop.time()
+    now = int(time.time() * 1000)
+    hour = _delayed(h, "hour", now + 3_600_000)
+    h.loop.run_ready()
+    # One timer, set for the entry's due time (the virtual clock counts the same seconds).
+    at = h.loop.next_timer_at()
+    assert at is not None and 3_599 <= at - start <= 3_600
+    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    h.loop.run_ready()
+    # Re-armed for the earlier entry; the hour's timer is gone, not left to fire as well.
+    at = h.loop.next_timer_at()
+    assert at is not None and at - start <= 0.02
+    time.sleep(0.03)
+    assert h.loop.fire_next_timer()
+    h.loop.run_ready()
+    assert h.got("c0") == [soon]
+    at = h.loop.next_timer_at()
+    assert at is not None and 3_599 <= at - start <= 3_600
+    assert hour in _disp(h).delayed
+    h.leave("c0")
+    _disp(h).close()
+    assert not h.loop.has_timer()
+
+
+def test_the_last_delayed_entry_due_leaves_no_timer(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    time.sleep(0.03)
+    assert h.loop.fire_next_timer()
+    h.loop.run_ready()
+    assert h.got("c0") == [soon]
+    assert len(_disp(h).delayed) == 0 and not h.loop.has_timer()
+
+
+def test_redelivering_a_partly_acked_batch_releases_only_its_unacked_messages(
+    shared: Harness,
+) -> None:
+    h = shared
+    c0 = h.join("c0", 100)
+    (pos,) = h.publish("k", batch=3)
+    assert c0.unacked_messages == 3
+    # Index 0 acked on its own: the ack set keeps indexes 1 and 2 (set bits are unacked).
+    h.sub.acknowledge(c0, False, [AckItem(pos, [0b110])])
+    h.settle()
+    assert c0.unacked_messages == 2
+    _disp(h).redeliver(c0, None)
+    assert c0.msg_redeliver_counter == 2 and c0.unacked_messages == 0

@@ -27,3 +27,13 @@ def test_no_room_past_the_limit_even_before_it_blocks() -> None:
     limit = SubscriptionUnackedLimit(lambda: 10)
     assert not limit.blocked
     assert limit.room(10) == 0 and limit.room(12) == 0
+
+
+def test_blocked_is_a_boolean_before_and_after_a_block() -> None:
+    # It is the stats' blockedSubscriptionOnUnackedMsgs: JSON false, never null.
+    limit = SubscriptionUnackedLimit(lambda: 2)
+    assert limit.blocked is False
+    limit.update(2)
+    assert limit.blocked is True
+    assert limit.update(0) is True
+    assert limit.blocked is False
