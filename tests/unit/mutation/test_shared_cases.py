@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from keyshared.broker.consumer import SubType
-from keyshared.broker.dispatch.shared import SharedDispatcher
+from keyshared.broker.dispatch.shared import ReplayQueue, SharedDispatcher
 from keyshared.broker.subscription import AckItem
 from keyshared.config import BrokerConfig
 from keyshared.protocol import encode_payload_section, pb
@@ -199,9 +199,11 @@ def test_the_last_consumer_leaving_forgets_the_queue_and_the_next_starts_over(
     h.join("c0", 2)
     sent = h.publish("a", "b", "c")
     h.ack("c0", [sent[0]])
+    c0 = h.consumers["c0"]
     h.leave("c0")
     disp = _disp(h)
     assert len(disp.replay) == 0 and not disp.have_pending_read
+    assert c0.pending_acks == {}
     h.join("c1", 100)
     assert h.got("c1") == sent[1:]
 
@@ -318,6 +320,12 @@ def test_the_last_delayed_entry_due_leaves_no_timer(shared: Harness) -> None:
     h.loop.run_ready()
     assert h.got("c0") == [soon]
     assert len(_disp(h).delayed) == 0 and not h.loop.has_timer()
+    # The next delayed entry arms a timer again; closing cancels it.
+    _delayed(h, "hour", int(time.time() * 1000) + 3_600_000)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    _disp(h).close()
+    assert not h.loop.has_timer()
 
 
 def test_redelivering_a_partly_acked_batch_releases_only_its_unacked_messages(
@@ -333,3 +341,70 @@ def test_redelivering_a_partly_acked_batch_releases_only_its_unacked_messages(
     assert c0.unacked_messages == 2
     _disp(h).redeliver(c0, None)
     assert c0.msg_redeliver_counter == 2 and c0.unacked_messages == 0
+
+
+def test_shared_dispatches_a_replay_read_even_if_older_entries_were_queued_meanwhile(
+    shared: Harness,
+) -> None:
+    # Key order is Key_Shared's (orders_by_key): Shared neither counts the queue's key hashes
+    # nor reads a replay again because a leaving consumer queued older entries during it.
+    h = shared
+    h.join("c0", 3)
+    first = h.publish("a", "b", "c")
+    c1 = h.join("c1", 10)
+    later = h.publish("d", "e")
+    assert h.got("c0") == first and h.got("c1") == later
+    disp = _disp(h)
+    assert not disp.replay.track_hashes
+    disp.redeliver(c1, None)
+    while not disp.have_pending_replay_read:
+        assert h.loop.run_one()
+    h.leave("c0")
+    assert h.got("c1") == later + later + first
+
+
+def test_a_replay_read_takes_no_more_than_the_room_under_the_unacked_limit() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 100)
+        sent = h.publish(*(f"k{i}" for i in range(6)))
+        c1 = h.join("c1", 100)
+        # The limit comes in force now (a policy change): c0's six go back to the queue as it
+        # leaves, and c1 may hold four.
+        h.config.maxUnackedMessagesPerSubscription = 4
+        h.leave("c0")
+        assert h.got("c1") == sent[:4] and c1.unacked_messages == 4
+        assert _disp(h).stats()["blockedSubscriptionOnUnackedMsgs"] is True
+    finally:
+        h.close()
+
+
+def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
+    q = ReplayQueue(track_hashes=True)
+    for e in (5, 1, 3, 2, 4):
+        q.add(Position(1, e), 100 + e)
+    q.remove_up_to(Position(1, 3))  # inclusive
+    assert list(q.iter_positions()) == [Position(1, 4), Position(1, 5)]
+    assert not q.contains_hash(103) and q.contains_hash(104)
+    q.remove_up_to(Position(0, 99))  # before them all: nothing
+    assert len(q) == 2
+    q.remove_up_to(Position(2, 0))
+    assert len(q) == 0 and q.first() is None
+
+
+def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    time.sleep(0.03)
+    # A publish wakes the dispatcher before the timer fires: the due entry goes with it.
+    (plain,) = h.publish("plain")
+    assert sorted(h.got("c0")) == [soon, plain]
+    assert not h.loop.has_timer()
+    _delayed(h, "hour", int(time.time() * 1000) + 3_600_000)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    _disp(h).close()
+    assert not h.loop.has_timer()
