@@ -92,3 +92,22 @@ def test_only_a_read_the_cursor_still_holds_is_cancelled() -> None:
         assert h.got("c0") == [pos]
     finally:
         h.close()
+
+
+def test_a_retry_after_the_backoff_is_armed_once_and_never_when_closed() -> None:
+    h = Harness(sub_type=SubType.Shared)
+    try:
+        h.join("c0", 0)
+        disp = h.sub.dispatcher
+        assert disp is not None and not h.loop.has_timer()
+        start = h.loop.time()
+        disp.read_more_with_backoff()
+        disp.read_more_with_backoff()  # one is pending already: not a second
+        assert h.loop.next_timer_at() == start + 0.001  # the initial backoff, 1 ms
+        assert h.loop.fire_next_timer()
+        assert not h.loop.has_timer()
+        disp.close()
+        disp.read_more_with_backoff()
+        assert not h.loop.has_timer()
+    finally:
+        h.close()

@@ -390,6 +390,12 @@ def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
     assert len(q) == 2
     q.remove_up_to(Position(2, 0))
     assert len(q) == 0 and q.first() is None
+    assert not q.contains_hash(104) and not q.contains_hash(105)
+    # Queued again under another hash: the old one no longer counts.
+    q.add(Position(3, 0), 7)
+    q.add(Position(3, 0), 8)
+    assert not q.contains_hash(7) and q.contains_hash(8)
+    assert q.hash_of(Position(3, 0)) == 8
 
 
 def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: Harness) -> None:
