@@ -396,6 +396,12 @@ def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
     q.add(Position(3, 0), 8)
     assert not q.contains_hash(7) and q.contains_hash(8)
     assert q.hash_of(Position(3, 0)) == 8
+    # Two entries of one key: the key is held back until both are gone.
+    q.add(Position(3, 1), 8)
+    q.remove(Position(3, 0))
+    assert q.contains_hash(8)
+    q.remove(Position(3, 1))
+    assert not q.contains_hash(8)
 
 
 def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: Harness) -> None:
