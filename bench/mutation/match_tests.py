@@ -57,13 +57,22 @@ def main() -> int:
     ap.add_argument("tests", help="a test file under tests/")
     ap.add_argument("filters", nargs="+", help="substrings of mutant names")
     ap.add_argument("--write", action="store_true", help="append the matches to closed.toml")
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="run only the test nodes whose id contains this (repeatable): new tests, not all",
+    )
     args = ap.parse_args()
     shutil.copytree(ROOT / "tests", MUTANTS / "tests", dirs_exist_ok=True)
     left = candidates(args.filters)
     print(f"{len(left)} candidate mutant(s)", flush=True)
     found: dict[str, str] = {}
     codes_of: dict[str, int] = {}
-    for node in node_ids(args.tests):
+    nodes = node_ids(args.tests)
+    if args.only:
+        nodes = [n for n in nodes if any(o in n for o in args.only)]
+    for node in nodes:
         if not left:
             break
         clean, codes = run_node(node, left)

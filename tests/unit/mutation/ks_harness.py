@@ -2,7 +2,8 @@
 
 The real subscription, dispatcher and cursor (as in tests/sim), without a random schedule: a test
 publishes, joins, acks and leaves in the order it chooses, and :meth:`Harness.settle` runs every
-queued callback and due timer, so each step's outcome is deterministic.
+queued callback and due timer, so each step's outcome is deterministic. ``sub_type`` makes it a
+Shared, Exclusive or Failover subscription instead.
 """
 
 from __future__ import annotations
@@ -21,12 +22,29 @@ from tests.sim.loop import SimLoop
 from tests.sim.world import SimTopic, SimTransport, payload
 
 
+class _Transport(SimTransport):
+    """The simulator's transport, keeping Failover's active-consumer notices."""
+
+    active_changes: list[tuple[str, bool]]
+
+    def active_consumer_change(self, consumer: Consumer, is_active: bool) -> None:
+        """Failover told ``consumer`` whether it is the active one."""
+        self.active_changes.append((consumer.consumer_name, is_active))
+
+
 class Harness:
     """One subscription; ``received[name]`` lists (key, position) as each consumer got them."""
 
-    def __init__(self, config: BrokerConfig | None = None, *, mode: str = "AUTO_SPLIT") -> None:
+    def __init__(
+        self,
+        config: BrokerConfig | None = None,
+        *,
+        mode: str = "AUTO_SPLIT",
+        sub_type: SubType = SubType.Key_Shared,
+    ) -> None:
         self.config = config if config is not None else BrokerConfig()
         self.mode = mode
+        self.sub_type = sub_type
         self.loop = SimLoop()
         self.ledger = InMemoryLedger()
         self.topic = SimTopic(self.config)
@@ -43,10 +61,12 @@ class Harness:
             config=self.config,
             scheduler=self.loop,
         )
-        self.sub.sub_type = SubType.Key_Shared
+        self.sub.sub_type = sub_type
         self.consumers: dict[str, Consumer] = {}
         self.received: dict[str, list[tuple[str, Position]]] = {}
         self.keys: dict[Position, str] = {}
+        # Failover's active-consumer notices, in order: (consumer name, is it the active one).
+        self.active_changes: list[tuple[str, bool]] = []
 
     def close(self) -> None:
         """Uninstall the loop."""
@@ -85,19 +105,24 @@ class Harness:
         meta: KeySharedMeta | None = None,
         consumer_id: int | None = None,
         no_meta: bool = False,
+        priority: int = 0,
     ) -> Consumer:
         """A consumer joins with ``permits`` (FLOW), then settle; ``no_meta``: a SUBSCRIBE
         without keySharedMeta (as older clients send)."""
-        if meta is None and not no_meta:
+        key_shared = self.sub_type is SubType.Key_Shared
+        if meta is None and not no_meta and key_shared:
             meta = KeySharedMeta(mode=self.mode)
+        transport = _Transport(self._on_messages, lambda c: None)
+        transport.active_changes = self.active_changes
         consumer = Consumer(
             consumer_id=len(self.consumers) if consumer_id is None else consumer_id,
             consumer_name=name,
             subscription=self.sub,
-            sub_type=SubType.Key_Shared,
-            transport=SimTransport(self._on_messages, lambda c: None),
+            sub_type=self.sub_type,
+            transport=transport,
+            priority_level=priority,
             key_shared_meta=meta,
-            track_pending_acks=True,
+            track_pending_acks=key_shared or self.sub_type is SubType.Shared,
         )
         self.consumers[name] = consumer
         self.received.setdefault(name, [])

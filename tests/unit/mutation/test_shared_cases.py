@@ -1,0 +1,422 @@
+"""Shared dispatch, stepped by hand: what ``make mutate`` found no test saying of
+``SharedDispatcher`` and its replay queue (bench/results/mutation/report.md; the simulator runs
+the Key_Shared dispatchers built on them)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from keyshared.broker.consumer import SubType
+from keyshared.broker.dispatch.shared import ReplayQueue, SharedDispatcher
+from keyshared.broker.subscription import AckItem
+from keyshared.config import BrokerConfig
+from keyshared.protocol import encode_payload_section, pb
+from keyshared.storage.position import Position
+from tests.sim.world import SimTransport, payload
+from tests.unit.mutation.ks_harness import Harness
+
+
+def _shared(**settings: object) -> Harness:
+    config = BrokerConfig()
+    for k, v in settings.items():
+        setattr(config, k, v)
+    return Harness(config, sub_type=SubType.Shared)
+
+
+@pytest.fixture
+def shared() -> Iterator[Harness]:
+    h = _shared()
+    yield h
+    h.close()
+
+
+def _disp(h: Harness) -> SharedDispatcher:
+    disp = h.sub.dispatcher
+    assert isinstance(disp, SharedDispatcher)
+    return disp
+
+
+def test_entries_go_round_robin_twenty_at_a_time() -> None:
+    h = _shared(dispatcherMinReadBatchSize=50)
+    try:
+        h.join("c0", 100)
+        h.join("c1", 100)
+        sent = h.publish(*(f"k{i}" for i in range(50)))
+        assert h.got("c0") == sent[:20] + sent[40:]
+        assert h.got("c1") == sent[20:40]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    ("permits", "shares"),
+    [
+        # Three with permits: 20 each, in the order they joined.
+        ((100, 100, 100), ([(0, 20)], [(20, 40)], [(40, 60)])),
+        # The one without permits is passed over (and sent nothing, not even an empty batch).
+        ((100, 0, 100), ([(0, 20), (40, 60)], [], [(20, 40)])),
+        # 30 permits each: 20, 20, then the 10 each has left.
+        ((30, 30, 0), ([(0, 20), (40, 50)], [(20, 40), (50, 60)], [])),
+    ],
+)
+def test_round_robin_shares(
+    permits: tuple[int, int, int], shares: tuple[list[tuple[int, int]], ...]
+) -> None:
+    h = _shared(dispatcherMinReadBatchSize=60)
+    try:
+        names = ("c0", "c1", "c2")
+        consumers = [h.join(name, 0) for name in names]
+        sent = h.publish(*(f"k{i}" for i in range(60)))
+        # Permits for all before the read starts: one read of all 60 entries.
+        for consumer, n in zip(consumers, permits, strict=True):
+            consumer.add_permits(n)
+        _disp(h).read_more()
+        h.settle()
+        for name, consumer, share in zip(names, consumers, shares, strict=True):
+            assert h.got(name) == [p for a, b in share for p in sent[a:b]], name
+            if not share:
+                assert consumer.last_consumed_timestamp == 0
+    finally:
+        h.close()
+
+
+def test_a_consumer_gets_no_more_than_its_permits_even_one() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 1)
+        h.join("c1", 3)
+        sent = h.publish("a", "b", "c", "d")
+        assert h.got("c0") == sent[:1] and h.got("c1") == sent[1:]
+    finally:
+        h.close()
+
+
+def test_entries_no_consumer_can_take_wait_in_the_replay_queue() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        c0 = h.join("c0", 10)
+        disp = _disp(h)
+        assert disp.have_pending_read
+        # Entries arrive while the read waits, and c0's connection fills up before it ends.
+        sent = []
+        for key in ("a", "b", "c"):
+            pos = h.ledger.add_entry(payload(key, 1, False))
+            h.keys[pos] = key
+            sent.append(pos)
+        transport = c0.transport
+        assert isinstance(transport, SimTransport)
+        transport.writable = False
+        h.loop.run_ready()
+        assert h.got("c0") == []
+        assert list(disp.replay.iter_positions()) == sent
+        assert [disp.replay.hash_of(p) for p in sent] == [0, 0, 0]
+        transport.writable = True
+        disp.on_writable()
+        h.settle()
+        assert h.got("c0") == sent
+    finally:
+        h.close()
+
+
+def test_a_replay_read_takes_no_more_than_the_permits() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 10)
+        sent = h.publish("a", "b", "c")
+        h.join("c1", 2)
+        h.leave("c0")
+        assert h.got("c1") == sent[:2]
+        h.flow("c1", 5)
+        assert h.got("c1") == sent
+    finally:
+        h.close()
+
+
+def test_a_consumer_without_permits_is_skipped_and_the_rest_waits_for_permits() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 3)
+        h.join("c1", 0)
+        sent = h.publish(*(f"k{i}" for i in range(5)))
+        assert h.got("c0") == sent[:3] and h.got("c1") == []
+        h.flow("c1", 10)
+        assert h.got("c1") == sent[3:]
+    finally:
+        h.close()
+
+
+def test_what_a_leaving_consumer_held_goes_to_the_others_in_order(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    sent = h.publish("a", "b", "c", "d")
+    assert h.got("c0") == sent
+    h.ack("c0", [sent[1]])
+    h.join("c1", 100)
+    h.leave("c0")
+    assert h.got("c1") == [sent[0], sent[2], sent[3]]
+    assert len(_disp(h).replay) == 0
+
+
+def test_redelivery_of_some_positions_counts_them(shared: Harness) -> None:
+    h = shared
+    c0 = h.join("c0", 100)
+    sent = h.publish("a", "b", "c")
+    disp = _disp(h)
+    assert c0.unacked_messages == 3
+    # A position c0 does not hold is ignored.
+    disp.redeliver(c0, [sent[2], sent[0], Position(99, 0)])
+    h.settle()
+    assert h.got("c0") == [*sent, sent[0], sent[2]]
+    assert h.sub.redelivery_counts == {sent[0]: 1, sent[2]: 1}
+    assert c0.msg_redeliver_counter == 2 and c0.unacked_messages == 3
+    disp.redeliver(c0, None)
+    h.settle()
+    assert h.got("c0")[5:] == sent
+    assert h.sub.redelivery_counts == {sent[0]: 2, sent[1]: 1, sent[2]: 2}
+    assert c0.msg_redeliver_counter == 5
+
+
+def test_without_the_redelivery_tracker_nothing_is_counted() -> None:
+    h = _shared(subscriptionRedeliveryTrackerEnabled=False)
+    try:
+        c0 = h.join("c0", 100)
+        sent = h.publish("a")
+        _disp(h).redeliver(c0, None)
+        h.settle()
+        assert h.got("c0") == sent + sent
+        assert h.sub.redelivery_counts == {}
+    finally:
+        h.close()
+
+
+def test_the_last_consumer_leaving_forgets_the_queue_and_the_next_starts_over(
+    shared: Harness,
+) -> None:
+    h = shared
+    h.join("c0", 2)
+    sent = h.publish("a", "b", "c")
+    h.ack("c0", [sent[0]])
+    c0 = h.consumers["c0"]
+    h.leave("c0")
+    disp = _disp(h)
+    assert len(disp.replay) == 0 and not disp.have_pending_read
+    assert c0.pending_acks == {}
+    h.join("c1", 100)
+    assert h.got("c1") == sent[1:]
+
+
+def _delayed(h: Harness, key: str, deliver_at_ms: int) -> Position:
+    md = pb.MessageMetadata(
+        producer_name="p",
+        sequence_id=0,
+        publish_time=1,
+        partition_key=key,
+        deliver_at_time=deliver_at_ms,
+    )
+    pos = h.ledger.add_entry(encode_payload_section(md, b"v"))
+    h.keys[pos] = key
+    return pos
+
+
+def test_delayed_entries_wait_and_the_rest_goes_out(shared: Harness) -> None:
+    h = shared
+    now = int(time.time() * 1000)
+    h.join("c0", 100)
+    later = _delayed(h, "later", now + 3_600_000)
+    due = _delayed(h, "due", now - 1)
+    h.settle()
+    disp = _disp(h)
+    assert h.got("c0") == [due]
+    assert later in disp.delayed
+    assert disp.stats() == {
+        "msgInReplay": 0,
+        "msgDelayed": 1,
+        "blockedSubscriptionOnUnackedMsgs": False,
+    }
+    h.ack("c0", [due])
+    # Acked up to past the delayed one (by hand): it is forgotten.
+    disp.on_mark_delete_moved(later)
+    assert len(disp.delayed) == 0
+
+
+def test_with_delayed_delivery_disabled_nothing_waits() -> None:
+    h = _shared(delayedDeliveryEnabled=False)
+    try:
+        h.join("c0", 100)
+        pos = _delayed(h, "later", int(time.time() * 1000) + 3_600_000)
+        h.settle()
+        assert h.got("c0") == [pos]
+    finally:
+        h.close()
+
+
+def test_the_subscription_unacked_limit_blocks_and_unblocks_below_half() -> None:
+    h = _shared(maxUnackedMessagesPerSubscription=4, dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 100)
+        sent = h.publish(*(f"k{i}" for i in range(10)))
+        disp = _disp(h)
+        # A read asks for no more than the room left: exactly the limit goes out.
+        assert h.got("c0") == sent[:4]
+        assert disp.stats()["blockedSubscriptionOnUnackedMsgs"] is True
+        h.ack("c0", sent[:2])
+        assert h.got("c0") == sent[:4]  # 2 held: not fewer than half
+        h.ack("c0", sent[2:3])
+        assert h.got("c0") == sent[:7]
+        assert disp.stats()["blockedSubscriptionOnUnackedMsgs"] is True
+    finally:
+        h.close()
+
+
+def test_a_cursor_moved_by_hand_forgets_what_was_queued_and_held(shared: Harness) -> None:
+    h = shared
+    c0 = h.join("c0", 100)
+    sent = h.publish("a", "b")
+    disp = _disp(h)
+    disp.replay.add(sent[0])
+    disp.reset()
+    assert len(disp.replay) == 0
+    assert c0.pending_acks == {} and c0.unacked_messages == 0
+
+
+def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    start = h.loop.time()
+    now = int(time.time() * 1000)
+    hour = _delayed(h, "hour", now + 3_600_000)
+    h.loop.run_ready()
+    # One timer, set for the entry's due time (the virtual clock counts the same seconds).
+    at = h.loop.next_timer_at()
+    assert at is not None and 3_599 <= at - start <= 3_600
+    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    h.loop.run_ready()
+    # Re-armed for the earlier entry; the hour's timer is gone, not left to fire as well.
+    at = h.loop.next_timer_at()
+    assert at is not None and at - start <= 0.02
+    time.sleep(0.03)
+    assert h.loop.fire_next_timer()
+    h.loop.run_ready()
+    assert h.got("c0") == [soon]
+    at = h.loop.next_timer_at()
+    assert at is not None and 3_599 <= at - start <= 3_600
+    assert hour in _disp(h).delayed
+    h.leave("c0")
+    _disp(h).close()
+    assert not h.loop.has_timer()
+
+
+def test_the_last_delayed_entry_due_leaves_no_timer(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    time.sleep(0.03)
+    assert h.loop.fire_next_timer()
+    h.loop.run_ready()
+    assert h.got("c0") == [soon]
+    assert len(_disp(h).delayed) == 0 and not h.loop.has_timer()
+    # The next delayed entry arms a timer again; closing cancels it.
+    _delayed(h, "hour", int(time.time() * 1000) + 3_600_000)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    _disp(h).close()
+    assert not h.loop.has_timer()
+
+
+def test_redelivering_a_partly_acked_batch_releases_only_its_unacked_messages(
+    shared: Harness,
+) -> None:
+    h = shared
+    c0 = h.join("c0", 100)
+    (pos,) = h.publish("k", batch=3)
+    assert c0.unacked_messages == 3
+    # Index 0 acked on its own: the ack set keeps indexes 1 and 2 (set bits are unacked).
+    h.sub.acknowledge(c0, False, [AckItem(pos, [0b110])])
+    h.settle()
+    assert c0.unacked_messages == 2
+    _disp(h).redeliver(c0, None)
+    assert c0.msg_redeliver_counter == 2 and c0.unacked_messages == 0
+
+
+def test_shared_dispatches_a_replay_read_even_if_older_entries_were_queued_meanwhile(
+    shared: Harness,
+) -> None:
+    # Key order is Key_Shared's (orders_by_key): Shared neither counts the queue's key hashes
+    # nor reads a replay again because a leaving consumer queued older entries during it.
+    h = shared
+    h.join("c0", 3)
+    first = h.publish("a", "b", "c")
+    c1 = h.join("c1", 10)
+    later = h.publish("d", "e")
+    assert h.got("c0") == first and h.got("c1") == later
+    disp = _disp(h)
+    assert not disp.replay.track_hashes
+    disp.redeliver(c1, None)
+    while not disp.have_pending_replay_read:
+        assert h.loop.run_one()
+    h.leave("c0")
+    assert h.got("c1") == later + later + first
+
+
+def test_a_replay_read_takes_no_more_than_the_room_under_the_unacked_limit() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        h.join("c0", 100)
+        sent = h.publish(*(f"k{i}" for i in range(6)))
+        c1 = h.join("c1", 100)
+        # The limit comes in force now (a policy change): c0's six go back to the queue as it
+        # leaves, and c1 may hold four.
+        h.config.maxUnackedMessagesPerSubscription = 4
+        h.leave("c0")
+        assert h.got("c1") == sent[:4] and c1.unacked_messages == 4
+        assert _disp(h).stats()["blockedSubscriptionOnUnackedMsgs"] is True
+    finally:
+        h.close()
+
+
+def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
+    q = ReplayQueue(track_hashes=True)
+    for e in (5, 1, 3, 2, 4):
+        q.add(Position(1, e), 100 + e)
+    q.remove_up_to(Position(1, 3))  # inclusive
+    assert list(q.iter_positions()) == [Position(1, 4), Position(1, 5)]
+    assert not q.contains_hash(103) and q.contains_hash(104)
+    q.remove_up_to(Position(0, 99))  # before them all: nothing
+    assert len(q) == 2
+    q.remove_up_to(Position(2, 0))
+    assert len(q) == 0 and q.first() is None
+    assert not q.contains_hash(104) and not q.contains_hash(105)
+    # Queued again under another hash: the old one no longer counts.
+    q.add(Position(3, 0), 7)
+    q.add(Position(3, 0), 8)
+    assert not q.contains_hash(7) and q.contains_hash(8)
+    assert q.hash_of(Position(3, 0)) == 8
+    # Two entries of one key: the key is held back until both are gone.
+    q.add(Position(3, 1), 8)
+    q.remove(Position(3, 0))
+    assert q.contains_hash(8)
+    q.remove(Position(3, 1))
+    assert not q.contains_hash(8)
+
+
+def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 100)
+    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    time.sleep(0.03)
+    # A publish wakes the dispatcher before the timer fires: the due entry goes with it.
+    (plain,) = h.publish("plain")
+    assert sorted(h.got("c0")) == [soon, plain]
+    assert not h.loop.has_timer()
+    _delayed(h, "hour", int(time.time() * 1000) + 3_600_000)
+    h.loop.run_ready()
+    assert h.loop.has_timer()
+    _disp(h).close()
+    assert not h.loop.has_timer()
