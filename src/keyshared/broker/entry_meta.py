@@ -74,12 +74,7 @@ class EntryMetaCache:
 
     def put(self, position: Position, meta: EntryMeta) -> None:
         """Remember ``meta`` for ``position``, dropping the oldest entries past the limit."""
-        cache = self._cache
-        cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4], meta[5])
-        if len(cache) > self._limit:
-            # dicts keep insertion order: drop the oldest tenth in one pass.
-            for key in list(cache)[: max(1, self._limit // 10)]:
-                del cache[key]
+        self.put_fields(position, (meta[0], meta[1], meta[2], meta[3], meta[4], meta[5]))
 
     def put_fields(self, position: Position, fields: MetaFields) -> None:
         """:meth:`put` of the values of an :class:`EntryMeta` given as a plain tuple, which
@@ -87,6 +82,7 @@ class EntryMetaCache:
         cache = self._cache
         cache[(position[0], position[1])] = fields
         if len(cache) > self._limit:
+            # dicts keep insertion order: drop the oldest tenth in one pass.
             for key in list(cache)[: max(1, self._limit // 10)]:
                 del cache[key]
 
@@ -95,9 +91,8 @@ class EntryMetaCache:
         # A Position hashes and compares equal to the plain tuple it was stored under.
         cached = self._cache.get(position)
         if cached is None:
-            meta = parse_entry_meta(data)
-            self.put(position, meta)
-            return meta
+            cached = parse_entry_fields(data)
+            self.put_fields(position, cached)
         return _new_meta(EntryMeta, cached)
 
     def marker_type(self, position: Position, data: bytes) -> int:
