@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple
+from typing import NamedTuple, TypeAlias
 
 from keyshared.protocol import sticky_key_hash
 from keyshared.protocol.metadata import broker_fields
@@ -38,13 +38,20 @@ class EntryMeta(NamedTuple):
     """Non-zero for a server-only marker entry (never delivered to consumers)."""
 
 
+MetaFields: TypeAlias = tuple[int, int, int, int, int, int]
+"""The values of an :class:`EntryMeta` as a plain tuple, as the cache keeps them."""
+
+
+def parse_entry_fields(data: bytes) -> MetaFields:
+    """:func:`parse_entry_meta` as a plain tuple, for :meth:`EntryMetaCache.put_fields` (the
+    publish path's way: the tuple the cache keeps, built once)."""
+    n, key, publish_time, deliver_at_time, event_time, marker_type = broker_fields(data)
+    return (n, sticky_key_hash(key), publish_time, deliver_at_time, event_time, marker_type)
+
+
 def parse_entry_meta(data: bytes) -> EntryMeta:
     """Parse the metadata at the head of a stored entry (metadataSize + MessageMetadata + ...)."""
-    n, key, publish_time, deliver_at_time, event_time, marker_type = broker_fields(data)
-    return _new_meta(
-        EntryMeta,
-        (n, sticky_key_hash(key), publish_time, deliver_at_time, event_time, marker_type),
-    )
+    return _new_meta(EntryMeta, parse_entry_fields(data))
 
 
 class EntryMetaCache:
@@ -59,7 +66,7 @@ class EntryMetaCache:
     __slots__ = ("_cache", "_limit")
 
     def __init__(self, limit: int = CACHE_LIMIT) -> None:
-        self._cache: dict[tuple[int, int], tuple[int, int, int, int, int, int]] = {}
+        self._cache: dict[tuple[int, int], MetaFields] = {}
         self._limit = max(1, limit)
 
     def __len__(self) -> int:
@@ -67,8 +74,13 @@ class EntryMetaCache:
 
     def put(self, position: Position, meta: EntryMeta) -> None:
         """Remember ``meta`` for ``position``, dropping the oldest entries past the limit."""
+        self.put_fields(position, (meta[0], meta[1], meta[2], meta[3], meta[4], meta[5]))
+
+    def put_fields(self, position: Position, fields: MetaFields) -> None:
+        """:meth:`put` of the values of an :class:`EntryMeta` given as a plain tuple, which
+        is kept as it is."""
         cache = self._cache
-        cache[(position[0], position[1])] = (meta[0], meta[1], meta[2], meta[3], meta[4], meta[5])
+        cache[(position[0], position[1])] = fields
         if len(cache) > self._limit:
             # dicts keep insertion order: drop the oldest tenth in one pass.
             for key in list(cache)[: max(1, self._limit // 10)]:
@@ -79,9 +91,8 @@ class EntryMetaCache:
         # A Position hashes and compares equal to the plain tuple it was stored under.
         cached = self._cache.get(position)
         if cached is None:
-            meta = parse_entry_meta(data)
-            self.put(position, meta)
-            return meta
+            cached = parse_entry_fields(data)
+            self.put_fields(position, cached)
         return _new_meta(EntryMeta, cached)
 
     def marker_type(self, position: Position, data: bytes) -> int:

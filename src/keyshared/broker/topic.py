@@ -14,7 +14,7 @@ from keyshared.broker.compaction import COMPACTION_SUBSCRIPTION, Compactor
 from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dedup import Deduplication
 from keyshared.broker.dispatch.base import Scheduler
-from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, parse_entry_meta
+from keyshared.broker.entry_meta import EntryMeta, EntryMetaCache, MetaFields, parse_entry_fields
 from keyshared.broker.errors import BrokerError, ServerError
 from keyshared.broker.producer_access import Admission, ProducerAccess, WaitCallback
 from keyshared.broker.rates import RateMeter
@@ -292,8 +292,8 @@ class PersistentTopic:
         if self._held is not None:
             self._held.append((producer, sequence_id, highest_sequence_id, data, on_done))
             return
-        meta = parse_entry_meta(data)
-        if meta.marker_type:
+        meta = parse_entry_fields(data)
+        if meta[5]:  # marker_type
             # Another cluster's replicator forwarding a marker: never deduplicated (markers
             # all carry sequence id 0, as Pulsar's), acted upon once stored.
             self.replicated_subscriptions.publish_marker(producer, data, on_done)
@@ -333,11 +333,14 @@ class PersistentTopic:
         if at is not None:
             self._count_in(producer, meta, at, len(data))
 
-    def _count_in(self, producer: Producer, meta: EntryMeta, position: Position, size: int) -> None:
-        self.meta_cache.put(position, meta)
-        self.msg_in_counter += meta.num_messages
+    def _count_in(
+        self, producer: Producer, meta: MetaFields, position: Position, size: int
+    ) -> None:
+        self.meta_cache.put_fields(position, meta)
+        num_messages = meta[0]
+        self.msg_in_counter += num_messages
         self.bytes_in_counter += size
-        producer.msg_in_counter += meta.num_messages
+        producer.msg_in_counter += num_messages
         producer.bytes_in_counter += size
 
     def _refused(self, producer: Producer, exc: StorageError, on_done: PublishCallback) -> None:

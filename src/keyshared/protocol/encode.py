@@ -195,22 +195,40 @@ def encode_send_receipt(
     highest_sequence_id: int | None = None,
 ) -> bytes:
     """A SEND_RECEIPT frame for the entry ``(ledger_id, entry_id)``."""
-    # One per published entry: the message id is built inline, and the highest sequence id,
-    # usually the sequence id itself, reuses its varint.
-    mid = b"".join(
-        (b"\x08", _cached_varint(ledger_id & UINT64_MASK), b"\x10", _varint(entry_id & UINT64_MASK))
-    )
+    # One per published entry: built in one join, and the highest sequence id, usually the
+    # sequence id itself, reuses its varint.
+    lid = _cached_varint(ledger_id & UINT64_MASK)
+    eid = _varint(entry_id & UINT64_MASK)
     pid = _cached_varint(producer_id & UINT64_MASK)
     seq = _varint(sequence_id & UINT64_MASK)
-    if highest_sequence_id is None:
-        tail = b""
-    elif highest_sequence_id == sequence_id:
-        tail = b"\x20" + seq
-    else:
-        tail = b"\x20" + _varint(highest_sequence_id & UINT64_MASK)
+    # MessageIdData{1: ledgerId, 2: entryId}
+    mid_size = 2 + len(lid) + len(eid)
     # CommandSendReceipt{1: producer_id, 2: sequence_id, 3: message_id, 4: highest_sequence_id}
-    receipt_size = 4 + len(pid) + len(seq) + len(mid) + len(tail)
     # BaseCommand{1: type SEND_RECEIPT (7), 7: send_receipt}; a receipt is under 128 bytes.
+    if highest_sequence_id is None:
+        receipt_size = 4 + len(pid) + len(seq) + mid_size
+        cmd_size = 4 + receipt_size
+        return b"".join(
+            (
+                _pack_sizes(cmd_size + 4, cmd_size),
+                b"\x08\x07\x3a",
+                _SMALL_VARINTS[receipt_size],
+                b"\x08",
+                pid,
+                b"\x10",
+                seq,
+                b"\x1a",
+                _SMALL_VARINTS[mid_size],
+                b"\x08",
+                lid,
+                b"\x10",
+                eid,
+            )
+        )
+    highest = (
+        seq if highest_sequence_id == sequence_id else _varint(highest_sequence_id & UINT64_MASK)
+    )
+    receipt_size = 5 + len(pid) + len(seq) + mid_size + len(highest)
     cmd_size = 4 + receipt_size
     return b"".join(
         (
@@ -222,8 +240,12 @@ def encode_send_receipt(
             b"\x10",
             seq,
             b"\x1a",
-            _SMALL_VARINTS[len(mid)],
-            mid,
-            tail,
+            _SMALL_VARINTS[mid_size],
+            b"\x08",
+            lid,
+            b"\x10",
+            eid,
+            b"\x20",
+            highest,
         )
     )

@@ -203,7 +203,11 @@ class FrameDecoder:
         if sends:
             fields = _plain_send(buf, cmd_start, cmd_end)
             if fields is not None:
-                return self._send_payload(buf, fields, cmd_end, end)
+                # The same checks and values as below: a SEND needs a payload.
+                if cmd_end == end:
+                    raise MalformedFrame("SEND without a payload")
+                payload, checksum, checksum_ok = _payload_section(buf, cmd_end, end)
+                return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
         command = _BaseCommand()
         # Temporary memoryview slices die right after use, so the bytearray is never left with a
         # live export (which would make the next resize raise BufferError).
@@ -226,28 +230,18 @@ class FrameDecoder:
                 if command.type in _PAYLOAD_REQUIRED:
                     raise MalformedFrame(f"{_type_name(command.type)} without a payload")
                 return Frame(command)
-            payload, checksum, checksum_ok = _payload_section(buf, view, cmd_end, end)
+        payload, checksum, checksum_ok = _payload_section(buf, cmd_end, end)
         if fields is not None:
             return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
         return Frame(command, payload, checksum, checksum_ok)
 
-    @staticmethod
-    def _send_payload(
-        buf: bytearray, fields: tuple[int, int, int, int | None], pos: int, end: int
-    ) -> SendFrame:
-        """The rest of a SEND whose command :func:`_plain_send` read: the same checks and
-        values as :meth:`_decode`'s (a SEND needs a payload; a broker entry metadata section
-        is skipped; the checksum is verified)."""
-        if pos == end:
-            raise MalformedFrame("SEND without a payload")
-        with memoryview(buf) as view:
-            payload, checksum, checksum_ok = _payload_section(buf, view, pos, end)
-        return _new_tuple(SendFrame, (*fields, payload, checksum, checksum_ok))
+
+# Payloads from this size are copied out through a memoryview (one copy), smaller ones by
+# slicing the buffer (see _payload_section).
+_VIEW_COPY_AT = 4096
 
 
-def _payload_section(
-    buf: bytearray, view: memoryview, pos: int, end: int
-) -> tuple[bytes, int | None, bool]:
+def _payload_section(buf: bytearray, pos: int, end: int) -> tuple[bytes, int | None, bool]:
     """What follows a command that has a payload: a broker entry metadata section, skipped; the
     checksum, verified; the payload, copied out. Returns (payload, checksum, checksum_ok)."""
     if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_BROKER_ENTRY_METADATA:
@@ -258,14 +252,21 @@ def _payload_section(
         if pos > end:
             raise MalformedFrame("broker entry metadata runs past the end of the frame")
     checksum: int | None = None
-    checksum_ok = True
     if end - pos >= 2 and (buf[pos] << 8 | buf[pos + 1]) == MAGIC_CRC32C:
         if end - pos < 6:
             raise MalformedFrame("truncated checksum")
         (_, checksum) = _MAGIC_U32.unpack_from(buf, pos)
         pos += 6
-        checksum_ok = crc32c(view[pos:end]) == checksum
-    return bytes(view[pos:end]), checksum, checksum_ok
+    # Copied by slicing the bytearray (a temporary bytearray, then bytes: two copies, but half
+    # the instructions of making and slicing a memoryview, which only pays for itself on larger
+    # payloads), and checksummed from the copy.
+    if end - pos < _VIEW_COPY_AT:
+        payload = bytes(buf[pos:end])
+    else:
+        # Released before returning, so the bytearray can be resized again.
+        with memoryview(buf) as view:
+            payload = bytes(view[pos:end])
+    return payload, checksum, checksum is None or crc32c(payload) == checksum
 
 
 _U64_LIMIT = 1 << 64

@@ -83,35 +83,38 @@ def broker_fields(section: bytes) -> tuple[int, bytes, int, int, int, int]:
     except DecodeError as exc:
         raise MalformedFrame(f"unparseable message metadata: {exc}") from None
     has = md.HasField
-    # IsInitialized only where a nested message could lack a required field; otherwise the
-    # three required fields of MessageMetadata are all it would look at.
+    producer_name = md.producer_name
+    sequence_id = md.sequence_id
+    publish_time = md.publish_time
+    # IsInitialized only where a nested message could lack a required field, or one of the
+    # three required fields of MessageMetadata may be missing (a set field with a value other
+    # than the default is present: HasField, as dear as a parse, only for a default value).
     if (
         md.properties
         or md.encryption_keys
-        or not (has("producer_name") and has("sequence_id") and has("publish_time"))
+        or not (producer_name or has("producer_name"))
+        or not (sequence_id or has("sequence_id"))
+        or not (publish_time or has("publish_time"))
     ) and not md.IsInitialized():
         missing: list[str] = md.FindInitializationErrors()  # type: ignore[attr-defined]
         raise MalformedFrame(f"message metadata is missing required fields: {', '.join(missing)}")
-    producer_name = md.producer_name
-    # proto2 leaves invalid UTF-8 in place (as bytes); check the strings the broker reads.
-    if isinstance(producer_name, bytes):
+    # proto2 leaves invalid UTF-8 in place (as bytes); check the strings the broker reads. An
+    # unset string reads as "" (a str).
+    partition_key = md.partition_key
+    if isinstance(producer_name, bytes) or isinstance(partition_key, bytes):
         raise MalformedFrame("message metadata has a key or producer name that is not UTF-8")
     if has("ordering_key"):
         key: bytes = md.ordering_key
-        if has("partition_key") and isinstance(md.partition_key, bytes):
-            raise MalformedFrame("message metadata has a key or producer name that is not UTF-8")
-    elif has("partition_key"):
-        partition_key = md.partition_key
-        if isinstance(partition_key, bytes):
-            raise MalformedFrame("message metadata has a key or producer name that is not UTF-8")
+    elif partition_key or has("partition_key"):
         key = _b64decode(partition_key) if md.partition_key_b64_encoded else partition_key.encode()
     else:
-        key = f"{producer_name}-{md.sequence_id}".encode()
+        key = f"{producer_name}-{sequence_id}".encode()
+    # num_messages_in_batch defaults to 1 and deliver_at_time to 0: what an unset field reads.
     return (
-        md.num_messages_in_batch if has("num_messages_in_batch") else 1,
+        md.num_messages_in_batch,
         key,
-        md.publish_time,
-        md.deliver_at_time if has("deliver_at_time") else 0,
+        publish_time,
+        md.deliver_at_time,
         md.event_time,
         md.marker_type,
     )

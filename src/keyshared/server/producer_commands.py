@@ -12,7 +12,7 @@ from keyshared.broker.schema import version_bytes
 from keyshared.broker.topic import Producer
 from keyshared.protocol import SendFrame, encode_send_receipt, pb
 from keyshared.server import schema_commands
-from keyshared.server.connection_core import _U64, ConnectionCore, T, _u64, _wire_error
+from keyshared.server.connection_core import _U64, ConnectionCore, T, _wire_error
 from keyshared.storage.position import Position
 
 
@@ -143,13 +143,10 @@ class ProducerCommands(ConnectionCore):
         """Confirm a stored message to its producer."""
         if producer.closed:
             return
+        # encode_send_receipt takes the ids as unsigned 64-bit values itself.
         self.write(
             encode_send_receipt(
-                producer.producer_id,
-                sequence_id,
-                _u64(position.ledger_id),
-                _u64(position.entry_id),
-                highest_sequence_id,
+                producer.producer_id, sequence_id, position[0], position[1], highest_sequence_id
             )
         )
 

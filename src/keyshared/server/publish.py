@@ -64,12 +64,13 @@ class ReceiptQueue:
 class _Producing:
     """One producer's receipt queue, and how answers reach its client."""
 
-    __slots__ = ("emit", "producer", "queue")
+    __slots__ = ("_send_receipt", "_slots", "emit", "producer", "queue")
 
     def __init__(self, producer: Producer, transport: ProducerTransport) -> None:
         self.producer = producer
         self.queue = ReceiptQueue()
-        send_receipt = transport.send_receipt
+        self._slots = self.queue._slots
+        send_receipt = self._send_receipt = transport.send_receipt
         send_error = transport.send_error
 
         def emit(answer: Answer) -> None:
@@ -83,6 +84,23 @@ class _Producing:
 
         # Made once per producer, not once per send.
         self.emit = emit
+
+    def release(self, slot: Answer) -> None:
+        """``slot`` is answered: write every answer now at the head of the queue, in order.
+
+        :meth:`ReceiptQueue.resolve` with :attr:`emit`, in one call: every stored send passes
+        here, and a receipt goes straight to the transport."""
+        slot.ready = True
+        slots = self._slots
+        producer = self.producer
+        send_receipt = self._send_receipt
+        while slots and slots[0].ready:
+            answer = slots.popleft()
+            position = answer.position
+            if position is not None:
+                send_receipt(producer, answer.sequence_id, answer.highest_sequence_id, position)
+            else:
+                self.emit(answer)
 
 
 @dataclass(slots=True)
@@ -108,7 +126,7 @@ class _Pending(Answer):
             self.message = f"Store failed: {exc}"
         producing = self.producing
         assert producing is not None
-        producing.queue.resolve(self, producing.emit)
+        producing.release(self)
 
     def refused(self, code: ServerError, message: str) -> None:
         """The send never reached the topic's storage."""
@@ -118,7 +136,7 @@ class _Pending(Answer):
         self.message = message
         producing = self.producing
         assert producing is not None
-        producing.queue.resolve(self, producing.emit)
+        producing.release(self)
 
 
 class Publisher:
@@ -181,7 +199,7 @@ class Publisher:
         slot = _Pending(
             sequence_id, highest, None, None, "", False, producing, finished, len(payload)
         )
-        producing.queue.add(slot)
+        producing._slots.append(slot)  # producing.queue.add(slot), without the call
         if not checksum_ok:
             slot.refused(ServerError.ChecksumError, "Checksum failed")
             return

@@ -58,7 +58,7 @@ class LedgerAppends(LedgerReads):
             led = self._rollover()
             seg = led.segment
             assert seg is not None
-        if seg.parked or len(self._ctx.writable) >= self._ctx.writable.max_open:
+        if seg.parked or self._ctx.writable.crowded:
             self._use(seg)
         crc = crc32c(data) if checksum is None else checksum
         entry_id = led.entries

@@ -414,6 +414,9 @@ class WritableSegments:
         self._open: OrderedDict[int, Segment] = OrderedDict()
         self.parks = 0
         self.unparks = 0
+        self.crowded = False
+        """Whether as many segments as may be hold their files open: an append must then mark
+        its segment used (a plain attribute, read by every append)."""
 
     @property
     def max_open(self) -> int:
@@ -434,6 +437,7 @@ class WritableSegments:
             self._open[key] = seg
         if len(self._open) > self._max:
             self._shrink(seg)
+        self.crowded = len(self._open) >= self._max
 
     def _shrink(self, keep: Segment) -> None:
         opened = self._open
@@ -457,6 +461,7 @@ class WritableSegments:
         """``seg`` is no longer written (closed, sealed into the read pool, or deleted)."""
         if self._open.get(seg.ledger_id) is seg:
             del self._open[seg.ledger_id]
+            self.crowded = len(self._open) >= self._max
 
     def __len__(self) -> int:
         return len(self._open)

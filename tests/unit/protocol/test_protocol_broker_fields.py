@@ -98,6 +98,26 @@ def test_same_verdict_on_arbitrary_bytes(section: bytes) -> None:
     assert _fast(section) == _reference(section)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    metadata(),
+    st.lists(st.tuples(st.integers(0, 80), st.integers(0, 255)), min_size=1, max_size=4),
+    st.integers(0, 3),
+)
+def test_same_verdict_on_mutated_metadata(
+    md: pb.MessageMetadata, flips: list[tuple[int, int]], cut: int
+) -> None:
+    """Well-formed metadata with bytes overwritten and its end cut: the field reads that skip
+    a presence check for a non-default value must still agree with the full parse."""
+    body = bytearray(md.SerializePartialToString())
+    for at, value in flips:
+        if at < len(body):
+            body[at] = value
+    raw = bytes(body[: max(0, len(body) - cut)])
+    section = struct.pack(">I", len(raw)) + raw
+    assert _fast(section) == _reference(section)
+
+
 def test_invalid_utf8_in_the_names_the_broker_reads() -> None:
     base = pb.MessageMetadata(producer_name="p", sequence_id=1, publish_time=2)
     body = base.SerializeToString()

@@ -149,6 +149,29 @@ def test_corrupted_payload_byte_fails_the_checksum() -> None:
     assert not frame.checksum_ok
 
 
+@pytest.mark.parametrize("size", [0, 1, 4000, 4095, 4096, 4097, 300_000])
+@pytest.mark.parametrize("crc", [True, None])
+def test_payloads_of_every_size_come_out_whole_and_checked(size: int, crc: bool | None) -> None:
+    """Small payloads are copied by slicing the buffer, large ones through a memoryview: the
+    same bytes and checksum verdict either way, and the buffer still takes new bytes after
+    (a memoryview left alive would make its next resize fail)."""
+    sec = section(bytes(range(256)) * (size // 256) + b"z" * (size % 256))
+    decoder = FrameDecoder(LIMIT)
+    for sequence_id in range(4):
+        decoder.feed(with_payload(send_cmd(sequence_id=sequence_id), sec, crc=crc))
+        frame = decoder.next_frame() if sequence_id % 2 else decoder.next_frame_or_send()
+        assert frame is not None
+        assert frame.payload == sec
+        assert frame.checksum_ok
+        assert frame.checksum == (crc32c(sec) if crc else None)
+    corrupt = bytearray(with_payload(send_cmd(), sec))
+    corrupt[-1] ^= 0x01
+    decoder.feed(bytes(corrupt))
+    frame = decoder.next_frame_or_send()
+    assert frame is not None and frame.payload == sec[:-1] + bytes([sec[-1] ^ 0x01])
+    assert not frame.checksum_ok
+
+
 @pytest.mark.parametrize("crc", [True, None])
 def test_broker_entry_metadata_prefix_is_skipped(crc: bool | None) -> None:
     sec = section()
