@@ -420,3 +420,52 @@ def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: 
     assert h.loop.has_timer()
     _disp(h).close()
     assert not h.loop.has_timer()
+
+
+def test_the_replay_queue_keeps_no_position_the_read_did_not_find(shared: Harness) -> None:
+    h = shared
+    c0 = h.join("c0", 2)
+    sent = h.publish("a", "b")
+    disp = _disp(h)
+    disp.redeliver(c0, [sent[1]])
+    h.settle()
+    assert list(disp.replay.iter_positions()) == [sent[1]]  # no permits left to replay it
+    # Acked while queued (a late ack): the replay read finds nothing there, and drops it.
+    h.sub.acknowledge(c0, False, [AckItem(sent[1])])
+    h.flow("c0", 1)
+    assert len(disp.replay) == 0 and h.got("c0") == sent
+
+
+def test_replay_queue_lookups_of_what_is_not_queued() -> None:
+    q = ReplayQueue(track_hashes=True)
+    q.remove(Position(1, 1))  # not queued: nothing to do
+    assert q.hash_of(Position(1, 1)) == 0
+    q.add(Position(1, 2), 1)  # hash 1 is a hash like any other
+    assert q.contains_hash(1) and q.hash_of(Position(1, 2)) == 1
+    assert not q.contains_hash(0)
+
+
+def test_the_mark_delete_position_itself_is_never_queued(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 10)
+    sent = h.publish("a", "b")
+    h.ack("c0", [sent[0]])
+    disp = _disp(h)
+    assert h.cursor.mark_delete_position == sent[0]
+    disp.add_to_replay(sent[0], 0)
+    assert len(disp.replay) == 0
+    disp.add_to_replay(sent[1], 0)
+    assert list(disp.replay.iter_positions()) == [sent[1]]
+
+
+def test_a_queued_hash_is_kept_when_the_position_is_queued_again_without_one() -> None:
+    q = ReplayQueue(track_hashes=True)
+    q.add(Position(1, 1))  # no hash given: unknown until read
+    assert q.hash_of(Position(1, 1)) == 0 and not q.contains_hash(1)
+    q.add(Position(1, 2), 7)
+    q.add(Position(1, 2), 0)  # again, unknown this time: the known hash stays
+    assert q.hash_of(Position(1, 2)) == 7 and q.contains_hash(7)
+    q.add(Position(1, 2), 7)  # again, the same: counted once
+    assert q.hash_of(Position(1, 2)) == 7
+    q.remove(Position(1, 2))
+    assert not q.contains_hash(7)
