@@ -94,8 +94,9 @@ def test_a_consumer_gets_no_more_than_its_permits_even_one() -> None:
         h.close()
 
 
-def test_entries_no_consumer_can_take_wait_in_the_replay_queue() -> None:
-    h = _shared(dispatcherMinReadBatchSize=10)
+@pytest.mark.parametrize("delayed_delivery", [True, False])
+def test_entries_no_consumer_can_take_wait_in_the_replay_queue(delayed_delivery: bool) -> None:
+    h = _shared(dispatcherMinReadBatchSize=10, delayedDeliveryEnabled=delayed_delivery)
     try:
         c0 = h.join("c0", 10)
         disp = _disp(h)
@@ -112,6 +113,8 @@ def test_entries_no_consumer_can_take_wait_in_the_replay_queue() -> None:
         h.loop.run_ready()
         assert h.got("c0") == []
         assert list(disp.replay.iter_positions()) == sent
+        # Nothing went out: the next try waits for the backoff.
+        assert h.loop.next_timer_at() == h.loop.time() + 0.001
         assert [disp.replay.hash_of(p) for p in sent] == [0, 0, 0]
         transport.writable = True
         disp.on_writable()
@@ -221,25 +224,29 @@ def _delayed(h: Harness, key: str, deliver_at_ms: int) -> Position:
     return pos
 
 
-def test_delayed_entries_wait_and_the_rest_goes_out(shared: Harness) -> None:
-    h = shared
-    now = int(time.time() * 1000)
-    h.join("c0", 100)
-    later = _delayed(h, "later", now + 3_600_000)
-    due = _delayed(h, "due", now - 1)
-    h.settle()
-    disp = _disp(h)
-    assert h.got("c0") == [due]
-    assert later in disp.delayed
-    assert disp.stats() == {
-        "msgInReplay": 0,
-        "msgDelayed": 1,
-        "blockedSubscriptionOnUnackedMsgs": False,
-    }
-    h.ack("c0", [due])
-    # Acked up to past the delayed one (by hand): it is forgotten.
-    disp.on_mark_delete_moved(later)
-    assert len(disp.delayed) == 0
+def test_delayed_entries_wait_and_the_rest_goes_out() -> None:
+    h = _shared(dispatcherMinReadBatchSize=10)
+    try:
+        now = int(time.time() * 1000)
+        h.join("c0", 100)
+        # One read gets both: the first waits, the second goes.
+        later = _delayed(h, "later", now + 3_600_000)
+        due = _delayed(h, "due", now - 1)
+        h.settle()
+        disp = _disp(h)
+        assert h.got("c0") == [due]
+        assert later in disp.delayed
+        assert disp.stats() == {
+            "msgInReplay": 0,
+            "msgDelayed": 1,
+            "blockedSubscriptionOnUnackedMsgs": False,
+        }
+        h.ack("c0", [due])
+        # Acked up to past the delayed one (by hand): it is forgotten.
+        disp.on_mark_delete_moved(later)
+        assert len(disp.delayed) == 0
+    finally:
+        h.close()
 
 
 def test_with_delayed_delivery_disabled_nothing_waits() -> None:
@@ -420,3 +427,64 @@ def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: 
     assert h.loop.has_timer()
     _disp(h).close()
     assert not h.loop.has_timer()
+
+
+def test_the_replay_queue_keeps_no_position_the_read_did_not_find(shared: Harness) -> None:
+    h = shared
+    c0 = h.join("c0", 2)
+    sent = h.publish("a", "b")
+    disp = _disp(h)
+    disp.redeliver(c0, [sent[1]])
+    h.settle()
+    assert list(disp.replay.iter_positions()) == [sent[1]]  # no permits left to replay it
+    # Acked while queued (a late ack): the replay read finds nothing there, and drops it.
+    h.sub.acknowledge(c0, False, [AckItem(sent[1])])
+    h.flow("c0", 1)
+    assert len(disp.replay) == 0 and h.got("c0") == sent
+
+
+def test_replay_queue_lookups_of_what_is_not_queued() -> None:
+    q = ReplayQueue(track_hashes=True)
+    q.remove(Position(1, 1))  # not queued: nothing to do
+    assert q.hash_of(Position(1, 1)) == 0
+    q.add(Position(1, 2), 1)  # hash 1 is a hash like any other
+    assert q.contains_hash(1) and q.hash_of(Position(1, 2)) == 1
+    assert not q.contains_hash(0)
+
+
+def test_the_mark_delete_position_itself_is_never_queued(shared: Harness) -> None:
+    h = shared
+    h.join("c0", 10)
+    sent = h.publish("a", "b")
+    h.ack("c0", [sent[0]])
+    disp = _disp(h)
+    assert h.cursor.mark_delete_position == sent[0]
+    disp.add_to_replay(sent[0], 0)
+    assert len(disp.replay) == 0
+    disp.add_to_replay(sent[1], 0)
+    assert list(disp.replay.iter_positions()) == [sent[1]]
+
+
+def test_a_queued_hash_is_kept_when_the_position_is_queued_again_without_one() -> None:
+    q = ReplayQueue(track_hashes=True)
+    q.add(Position(1, 1))  # no hash given: unknown until read
+    assert q.hash_of(Position(1, 1)) == 0 and not q.contains_hash(1)
+    q.add(Position(1, 2), 7)
+    q.add(Position(1, 2), 0)  # again, unknown this time: the known hash stays
+    assert q.hash_of(Position(1, 2)) == 7 and q.contains_hash(7)
+    q.add(Position(1, 2), 7)  # again, the same: counted once
+    assert q.hash_of(Position(1, 2)) == 7
+    q.remove(Position(1, 2))
+    assert not q.contains_hash(7)
+
+
+def test_the_lowest_position_queued_with_a_known_hash_is_kept() -> None:
+    q = ReplayQueue(track_hashes=True)
+    q.add(Position(1, 5), 0)  # unknown hash: not counted, not the lowest with a hash
+    assert q.min_added_with_hash is None
+    for e, h in ((7, 70), (3, 30), (9, 90)):
+        q.add(Position(1, e), h)
+    assert q.min_added_with_hash == Position(1, 3)
+    untracked = ReplayQueue()
+    untracked.add(Position(1, 1), 10)
+    assert untracked.min_added_with_hash is None and not untracked.contains_hash(10)
