@@ -206,29 +206,12 @@ def encode_send_receipt(
     # CommandSendReceipt{1: producer_id, 2: sequence_id, 3: message_id, 4: highest_sequence_id}
     # BaseCommand{1: type SEND_RECEIPT (7), 7: send_receipt}; a receipt is under 128 bytes.
     if highest_sequence_id is None:
-        receipt_size = 4 + len(pid) + len(seq) + mid_size
-        cmd_size = 4 + receipt_size
-        return b"".join(
-            (
-                _pack_sizes(cmd_size + 4, cmd_size),
-                b"\x08\x07\x3a",
-                _SMALL_VARINTS[receipt_size],
-                b"\x08",
-                pid,
-                b"\x10",
-                seq,
-                b"\x1a",
-                _SMALL_VARINTS[mid_size],
-                b"\x08",
-                lid,
-                b"\x10",
-                eid,
-            )
-        )
-    highest = (
-        seq if highest_sequence_id == sequence_id else _varint(highest_sequence_id & UINT64_MASK)
-    )
-    receipt_size = 5 + len(pid) + len(seq) + mid_size + len(highest)
+        highest = b""
+    elif highest_sequence_id == sequence_id:
+        highest = b"\x20" + seq
+    else:
+        highest = b"\x20" + _varint(highest_sequence_id & UINT64_MASK)
+    receipt_size = 4 + len(pid) + len(seq) + mid_size + len(highest)
     cmd_size = 4 + receipt_size
     return b"".join(
         (
@@ -245,7 +228,6 @@ def encode_send_receipt(
             lid,
             b"\x10",
             eid,
-            b"\x20",
             highest,
         )
     )
