@@ -111,3 +111,17 @@ def test_a_retry_after_the_backoff_is_armed_once_and_never_when_closed() -> None
         assert not h.loop.has_timer()
     finally:
         h.close()
+
+
+def test_what_is_sent_is_counted_in_messages_and_bytes() -> None:
+    h = Harness(sub_type=SubType.Exclusive)
+    try:
+        c0 = h.join("c0", 10)
+        (single,) = h.publish("k")
+        (batch,) = h.publish("k", batch=3)
+        assert h.got("c0") == [single, batch]
+        nbytes = len(payload("k", 1, False)) + len(payload("k", 3, False))
+        assert c0.msg_out_counter == 4 and c0.bytes_out_counter == nbytes
+        assert h.topic.msg_out_counter == 4 and h.topic.bytes_out_counter == nbytes
+    finally:
+        h.close()
