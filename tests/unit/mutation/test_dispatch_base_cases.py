@@ -9,6 +9,7 @@ import pytest
 
 from keyshared.broker.consumer import SubType
 from keyshared.broker.dispatch.base import Backoff, LoopScheduler
+from keyshared.config import BrokerConfig
 from tests.sim.world import payload
 from tests.unit.mutation.ks_harness import Harness
 
@@ -114,14 +115,31 @@ def test_a_retry_after_the_backoff_is_armed_once_and_never_when_closed() -> None
 
 
 def test_what_is_sent_is_counted_in_messages_and_bytes() -> None:
-    h = Harness(sub_type=SubType.Exclusive)
+    config = BrokerConfig()
+    config.dispatcherMinReadBatchSize = 10
+    h = Harness(config, sub_type=SubType.Exclusive)
     try:
-        c0 = h.join("c0", 10)
         (single,) = h.publish("k")
         (batch,) = h.publish("k", batch=3)
-        assert h.got("c0") == [single, batch]
+        c0 = h.join("c0", 10)  # one read, one send of both
+        assert h.got("c0") == [single, batch] and len(h.sent["c0"]) == 2
         nbytes = len(payload("k", 1, False)) + len(payload("k", 3, False))
         assert c0.msg_out_counter == 4 and c0.bytes_out_counter == nbytes
         assert h.topic.msg_out_counter == 4 and h.topic.bytes_out_counter == nbytes
+    finally:
+        h.close()
+
+
+def test_a_redelivered_entry_goes_out_with_its_redelivery_count() -> None:
+    h = Harness(sub_type=SubType.Shared)
+    try:
+        c0 = h.join("c0", 10)
+        sent = h.publish("a", "b")
+        disp = h.sub.dispatcher
+        assert disp is not None
+        disp.redeliver(c0, [sent[1]])
+        h.settle()
+        counts = [(m.entry.position, m.redelivery_count) for m in h.sent["c0"]]
+        assert counts == [(sent[0], 0), (sent[1], 0), (sent[1], 1)]
     finally:
         h.close()
