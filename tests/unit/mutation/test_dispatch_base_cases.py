@@ -9,6 +9,7 @@ import pytest
 
 from keyshared.broker.consumer import SubType
 from keyshared.broker.dispatch.base import Backoff, LoopScheduler
+from keyshared.broker.subscription import AckItem
 from keyshared.config import BrokerConfig
 from tests.sim.world import payload
 from tests.unit.mutation.ks_harness import Harness
@@ -141,5 +142,25 @@ def test_a_redelivered_entry_goes_out_with_its_redelivery_count() -> None:
         h.settle()
         counts = [(m.entry.position, m.redelivery_count) for m in h.sent["c0"]]
         assert counts == [(sent[0], 0), (sent[1], 0), (sent[1], 1)]
+    finally:
+        h.close()
+
+
+def test_indexes_acked_before_a_send_are_not_counted_as_sent() -> None:
+    h = Harness(sub_type=SubType.Exclusive)
+    try:
+        c0 = h.join("c0", 10)
+        before = c0.avg_messages_per_entry
+        (batch,) = h.publish("k", batch=3)
+        # One entry of three messages: the average moves a tenth of the way to 3.
+        assert c0.avg_messages_per_entry == pytest.approx(0.9 * before + 0.3)
+        h.sub.acknowledge(c0, False, [AckItem(batch, [0b110])])
+        disp = h.sub.dispatcher
+        assert disp is not None
+        disp.redeliver(c0, None)
+        h.settle()
+        assert [m.ack_set for m in h.sent["c0"]] == [None, [0b110]]
+        # Sent again with index 0 acked: two messages go out, not three.
+        assert c0.msg_out_counter == 5 and h.topic.msg_out_counter == 5
     finally:
         h.close()

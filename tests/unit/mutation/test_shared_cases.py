@@ -306,6 +306,11 @@ def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(shared: Ha
     assert at is not None and at - start <= 0.02
     time.sleep(0.03)
     assert h.loop.fire_next_timer()
+    disp = _disp(h)
+    while not disp.have_pending_replay_read:
+        assert h.loop.run_one()
+    # Due: queued for a replay read, its key not known until it is read.
+    assert soon in disp.replay and disp.replay.hash_of(soon) == 0
     h.loop.run_ready()
     assert h.got("c0") == [soon]
     at = h.loop.next_timer_at()
@@ -390,7 +395,9 @@ def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
     q = ReplayQueue(track_hashes=True)
     for e in (5, 1, 3, 2, 4):
         q.add(Position(1, e), 100 + e)
+    assert q.first() == Position(1, 1)
     q.remove_up_to(Position(1, 3))  # inclusive
+    assert q.first() == Position(1, 4)
     assert list(q.iter_positions()) == [Position(1, 4), Position(1, 5)]
     assert not q.contains_hash(103) and q.contains_hash(104)
     q.remove_up_to(Position(0, 99))  # before them all: nothing
