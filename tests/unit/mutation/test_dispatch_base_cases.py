@@ -10,6 +10,7 @@ import pytest
 from keyshared.broker.consumer import SubType
 from keyshared.broker.dispatch.base import Backoff, LoopScheduler
 from keyshared.broker.subscription import AckItem
+from keyshared.broker.throttle import DispatchThrottle, Rate, SharedDispatchLimiters
 from keyshared.config import BrokerConfig
 from tests.sim.world import payload
 from tests.unit.mutation.ks_harness import Harness
@@ -162,5 +163,25 @@ def test_indexes_acked_before_a_send_are_not_counted_as_sent() -> None:
         assert [m.ack_set for m in h.sent["c0"]] == [None, [0b110]]
         # Sent again with index 0 acked: two messages go out, not three.
         assert c0.msg_out_counter == 5 and h.topic.msg_out_counter == 5
+    finally:
+        h.close()
+
+
+def test_a_read_within_the_limits_arms_no_retry_and_a_cancelled_read_is_ignored() -> None:
+    h = Harness(sub_type=SubType.Shared)
+    try:
+        clock = h.loop.time
+        h.sub.dispatch_throttle = DispatchThrottle(
+            clock, lambda: (Rate(msgs=5), Rate()), SharedDispatchLimiters(clock), "sim"
+        )
+        h.join("c0", 0)
+        disp = h.sub.dispatcher
+        assert disp is not None
+        assert disp.rate_budget(1) == 1 and not h.loop.has_timer()
+        fut = h.loop.create_future()
+        fut.cancel()
+        disp.have_pending_read = True
+        assert disp.read_outcome(fut, disp.read_generation, replay=False) is None
+        assert not disp.have_pending_read
     finally:
         h.close()

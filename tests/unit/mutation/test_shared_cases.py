@@ -495,3 +495,31 @@ def test_the_lowest_position_queued_with_a_known_hash_is_kept() -> None:
     untracked = ReplayQueue()
     untracked.add(Position(1, 1), 10)
     assert untracked.min_added_with_hash is None and not untracked.contains_hash(10)
+
+
+def test_a_non_durable_subscription_has_no_unacked_limit() -> None:
+    h = _shared(maxUnackedMessagesPerSubscription=2)
+    try:
+        h.join("c0", 0)
+        assert _disp(h).unacked_limit.limit == 2
+        h.sub.durable = False
+        assert _disp(h).unacked_limit.limit == 0
+    finally:
+        h.close()
+
+
+def test_no_read_without_permits_even_under_an_unacked_limit() -> None:
+    # The limit's room rounds a read up to one entry: only when some consumer has permits.
+    h = _shared(maxUnackedMessagesPerSubscription=10)
+    try:
+        h.join("c0", 0)
+        sent = h.publish("a")
+        disp = _disp(h)
+        disp.read_more()  # as an ack or a policy change would
+        h.settle()
+        assert h.got("c0") == [] and len(disp.replay) == 0
+        assert not disp.have_pending_read and not h.loop.has_timer()
+        h.flow("c0", 1)
+        assert h.got("c0") == sent
+    finally:
+        h.close()
