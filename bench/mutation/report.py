@@ -96,7 +96,8 @@ def column(m: Mutant, equiv: dict[str, str], closed: dict[str, str]) -> str:
     st = m.status
     if st in ("survived", "no tests") and m.name in closed:
         return "closed"
-    if st == "survived" and m.name in equiv:
+    if st in ("survived", "no tests") and m.name in equiv:
+        # Equivalent whether or not a selected test calls the function.
         return "equivalent"
     if st in COLUMNS:
         return st

@@ -65,6 +65,8 @@ class Harness:
         self.consumers: dict[str, Consumer] = {}
         self.received: dict[str, list[tuple[str, Position]]] = {}
         self.keys: dict[Position, str] = {}
+        # What each consumer was sent, as sent (redelivery counts, ack sets).
+        self.sent: dict[str, list[OutboundMessage]] = {}
         # Failover's active-consumer notices, in order: (consumer name, is it the active one).
         self.active_changes: list[tuple[str, bool]] = []
 
@@ -142,6 +144,7 @@ class Harness:
         self.settle()
 
     def _on_messages(self, consumer: Consumer, messages: Sequence[OutboundMessage]) -> None:
+        self.sent.setdefault(consumer.consumer_name, []).extend(messages)
         for m in messages:
             pos = m.entry.position
             self.received[consumer.consumer_name].append((self.keys[pos], pos))

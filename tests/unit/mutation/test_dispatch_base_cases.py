@@ -9,6 +9,9 @@ import pytest
 
 from keyshared.broker.consumer import SubType
 from keyshared.broker.dispatch.base import Backoff, LoopScheduler
+from keyshared.broker.subscription import AckItem
+from keyshared.broker.throttle import DispatchThrottle, Rate, SharedDispatchLimiters
+from keyshared.config import BrokerConfig
 from tests.sim.world import payload
 from tests.unit.mutation.ks_harness import Harness
 
@@ -109,5 +112,76 @@ def test_a_retry_after_the_backoff_is_armed_once_and_never_when_closed() -> None
         disp.close()
         disp.read_more_with_backoff()
         assert not h.loop.has_timer()
+    finally:
+        h.close()
+
+
+def test_what_is_sent_is_counted_in_messages_and_bytes() -> None:
+    config = BrokerConfig()
+    config.dispatcherMinReadBatchSize = 10
+    h = Harness(config, sub_type=SubType.Exclusive)
+    try:
+        (single,) = h.publish("k")
+        (batch,) = h.publish("k", batch=3)
+        c0 = h.join("c0", 10)  # one read, one send of both
+        assert h.got("c0") == [single, batch] and len(h.sent["c0"]) == 2
+        nbytes = len(payload("k", 1, False)) + len(payload("k", 3, False))
+        assert c0.msg_out_counter == 4 and c0.bytes_out_counter == nbytes
+        assert h.topic.msg_out_counter == 4 and h.topic.bytes_out_counter == nbytes
+    finally:
+        h.close()
+
+
+def test_a_redelivered_entry_goes_out_with_its_redelivery_count() -> None:
+    h = Harness(sub_type=SubType.Shared)
+    try:
+        c0 = h.join("c0", 10)
+        sent = h.publish("a", "b")
+        disp = h.sub.dispatcher
+        assert disp is not None
+        disp.redeliver(c0, [sent[1]])
+        h.settle()
+        counts = [(m.entry.position, m.redelivery_count) for m in h.sent["c0"]]
+        assert counts == [(sent[0], 0), (sent[1], 0), (sent[1], 1)]
+    finally:
+        h.close()
+
+
+def test_indexes_acked_before_a_send_are_not_counted_as_sent() -> None:
+    h = Harness(sub_type=SubType.Exclusive)
+    try:
+        c0 = h.join("c0", 10)
+        before = c0.avg_messages_per_entry
+        (batch,) = h.publish("k", batch=3)
+        # One entry of three messages: the average moves a tenth of the way to 3.
+        assert c0.avg_messages_per_entry == pytest.approx(0.9 * before + 0.3)
+        h.sub.acknowledge(c0, False, [AckItem(batch, [0b110])])
+        disp = h.sub.dispatcher
+        assert disp is not None
+        disp.redeliver(c0, None)
+        h.settle()
+        assert [m.ack_set for m in h.sent["c0"]] == [None, [0b110]]
+        # Sent again with index 0 acked: two messages go out, not three.
+        assert c0.msg_out_counter == 5 and h.topic.msg_out_counter == 5
+    finally:
+        h.close()
+
+
+def test_a_read_within_the_limits_arms_no_retry_and_a_cancelled_read_is_ignored() -> None:
+    h = Harness(sub_type=SubType.Shared)
+    try:
+        clock = h.loop.time
+        h.sub.dispatch_throttle = DispatchThrottle(
+            clock, lambda: (Rate(msgs=5), Rate()), SharedDispatchLimiters(clock), "sim"
+        )
+        h.join("c0", 0)
+        disp = h.sub.dispatcher
+        assert disp is not None
+        assert disp.rate_budget(1) == 1 and not h.loop.has_timer()
+        fut = h.loop.create_future()
+        fut.cancel()
+        disp.have_pending_read = True
+        assert disp.read_outcome(fut, disp.read_generation, replay=False) is None
+        assert not disp.have_pending_read
     finally:
         h.close()

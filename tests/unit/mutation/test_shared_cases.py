@@ -306,6 +306,11 @@ def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(shared: Ha
     assert at is not None and at - start <= 0.02
     time.sleep(0.03)
     assert h.loop.fire_next_timer()
+    disp = _disp(h)
+    while not disp.have_pending_replay_read:
+        assert h.loop.run_one()
+    # Due: queued for a replay read, its key not known until it is read.
+    assert soon in disp.replay and disp.replay.hash_of(soon) == 0
     h.loop.run_ready()
     assert h.got("c0") == [soon]
     at = h.loop.next_timer_at()
@@ -390,7 +395,9 @@ def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
     q = ReplayQueue(track_hashes=True)
     for e in (5, 1, 3, 2, 4):
         q.add(Position(1, e), 100 + e)
+    assert q.first() == Position(1, 1)
     q.remove_up_to(Position(1, 3))  # inclusive
+    assert q.first() == Position(1, 4)
     assert list(q.iter_positions()) == [Position(1, 4), Position(1, 5)]
     assert not q.contains_hash(103) and q.contains_hash(104)
     q.remove_up_to(Position(0, 99))  # before them all: nothing
@@ -488,3 +495,31 @@ def test_the_lowest_position_queued_with_a_known_hash_is_kept() -> None:
     untracked = ReplayQueue()
     untracked.add(Position(1, 1), 10)
     assert untracked.min_added_with_hash is None and not untracked.contains_hash(10)
+
+
+def test_a_non_durable_subscription_has_no_unacked_limit() -> None:
+    h = _shared(maxUnackedMessagesPerSubscription=2)
+    try:
+        h.join("c0", 0)
+        assert _disp(h).unacked_limit.limit == 2
+        h.sub.durable = False
+        assert _disp(h).unacked_limit.limit == 0
+    finally:
+        h.close()
+
+
+def test_no_read_without_permits_even_under_an_unacked_limit() -> None:
+    # The limit's room rounds a read up to one entry: only when some consumer has permits.
+    h = _shared(maxUnackedMessagesPerSubscription=10)
+    try:
+        h.join("c0", 0)
+        sent = h.publish("a")
+        disp = _disp(h)
+        disp.read_more()  # as an ack or a policy change would
+        h.settle()
+        assert h.got("c0") == [] and len(disp.replay) == 0
+        assert not disp.have_pending_read and not h.loop.has_timer()
+        h.flow("c0", 1)
+        assert h.got("c0") == sent
+    finally:
+        h.close()

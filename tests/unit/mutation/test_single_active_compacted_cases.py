@@ -10,7 +10,7 @@ from pathlib import Path
 
 from keyshared.broker.consumer import Consumer, OutboundMessage, SubType
 from keyshared.broker.service import BrokerService
-from keyshared.broker.subscription import Subscription
+from keyshared.broker.subscription import AckItem, Subscription
 from keyshared.broker.topic import PersistentTopic
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
@@ -119,6 +119,32 @@ def test_compacted_reads_keep_each_readers_place_and_the_batch_indexes_that_surv
         await settle()
         assert one.positions == [first, kept_c, last_a]
         assert [m.ack_set for m in one.got[1:]] == [None, None]
+        await service.close()
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_compacted_batch_read_again_carries_the_indexes_acked_since(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        storage = Storage(tmp_path, StorageConfig(journal_sync_data=False)).open()
+        service = BrokerService(BrokerConfig(), storage)
+        topic = service.get_topic(NAME, create=True)
+        (kept,) = await publish(topic, batch("x", "y"))
+        await topic.compactor.trigger()
+        reader = Reader(topic, "one")
+        reader.flow(10)
+        await settle()
+        assert reader.positions == [kept] and reader.got[0].ack_set is None
+        # Index 0 acked on its own, then everything unacked is asked for again.
+        sub = reader.consumer.subscription
+        sub.acknowledge(reader.consumer, False, [AckItem(kept, [0b10])])
+        disp = sub.dispatcher
+        assert disp is not None
+        disp.redeliver(reader.consumer, None)
+        await settle()
+        assert reader.positions == [kept, kept]
+        assert reader.got[1].ack_set == [0b10]
         await service.close()
         await storage.close()
 
