@@ -35,6 +35,12 @@ from tests.integration.conftest import make_client
 
 PAYLOAD_SIZE = 4096
 SEND_TIMEOUT_MS = 2000
+# The C++ client arms a timer of operationTimeout when a producer starts and, if it fires while
+# the producer is not connected, gives the producer up ("Cancel the pending reconnection due to
+# the start timeout"). A run at load ~8 logged that while the disk was full and the producer
+# never reconnected once space came back; with the suite's 10 s a slow start-to-full sequence can
+# meet it. The broker is what these tests judge, so the client gets time enough.
+OPERATION_TIMEOUT_S = 300
 
 
 @contextlib.contextmanager
@@ -196,7 +202,7 @@ def test_backlog_fills_the_disk_sends_fail_consumers_go_on_and_retention_frees_i
 ) -> None:
     topic = f"persistent://public/default/{unique('full')}"
     with tmpfs(16) as mnt, broker_on(mnt / "data", {"diskCheckInterval": 200}) as broker:
-        client = make_client(broker.service_url)
+        client = make_client(broker.service_url, operation_timeout_seconds=OPERATION_TIMEOUT_S)
         try:
             # A subscription nobody reads holds the backlog that fills the disk.
             client.subscribe(topic, "slow", consumer_type=pulsar.ConsumerType.Shared).close()
@@ -287,7 +293,7 @@ def test_enospc_fails_sends_keeps_metadata_consistent_and_a_grown_mount_resumes(
         "defaultRetentionSizeInMB": -1,
     }
     with tmpfs(16) as mnt, broker_on(mnt / "data", conf) as broker:
-        client = make_client(broker.service_url)
+        client = make_client(broker.service_url, operation_timeout_seconds=OPERATION_TIMEOUT_S)
         try:
             reader = Reader(
                 client.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
