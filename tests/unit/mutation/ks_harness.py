@@ -70,6 +70,12 @@ class Harness:
         # Failover's active-consumer notices, in order: (consumer name, is it the active one).
         self.active_changes: list[tuple[str, bool]] = []
 
+    def __enter__(self) -> Harness:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
     def close(self) -> None:
         """Uninstall the loop."""
         self._installed.__exit__(None, None, None)

@@ -28,9 +28,8 @@ def _shared(**settings: object) -> Harness:
 
 @pytest.fixture
 def shared() -> Iterator[Harness]:
-    h = _shared()
-    yield h
-    h.close()
+    with _shared() as h:
+        yield h
 
 
 def _disp(h: Harness) -> SharedDispatcher:
@@ -40,15 +39,12 @@ def _disp(h: Harness) -> SharedDispatcher:
 
 
 def test_entries_go_round_robin_twenty_at_a_time() -> None:
-    h = _shared(dispatcherMinReadBatchSize=50)
-    try:
+    with _shared(dispatcherMinReadBatchSize=50) as h:
         h.join("c0", 100)
         h.join("c1", 100)
         sent = h.publish(*(f"k{i}" for i in range(50)))
         assert h.got("c0") == sent[:20] + sent[40:]
         assert h.got("c1") == sent[20:40]
-    finally:
-        h.close()
 
 
 @pytest.mark.parametrize(
@@ -65,8 +61,7 @@ def test_entries_go_round_robin_twenty_at_a_time() -> None:
 def test_round_robin_shares(
     permits: tuple[int, int, int], shares: tuple[list[tuple[int, int]], ...]
 ) -> None:
-    h = _shared(dispatcherMinReadBatchSize=60)
-    try:
+    with _shared(dispatcherMinReadBatchSize=60) as h:
         names = ("c0", "c1", "c2")
         consumers = [h.join(name, 0) for name in names]
         sent = h.publish(*(f"k{i}" for i in range(60)))
@@ -79,25 +74,19 @@ def test_round_robin_shares(
             assert h.got(name) == [p for a, b in share for p in sent[a:b]], name
             if not share:
                 assert consumer.last_consumed_timestamp == 0
-    finally:
-        h.close()
 
 
 def test_a_consumer_gets_no_more_than_its_permits_even_one() -> None:
-    h = _shared(dispatcherMinReadBatchSize=10)
-    try:
+    with _shared(dispatcherMinReadBatchSize=10) as h:
         h.join("c0", 1)
         h.join("c1", 3)
         sent = h.publish("a", "b", "c", "d")
         assert h.got("c0") == sent[:1] and h.got("c1") == sent[1:]
-    finally:
-        h.close()
 
 
 @pytest.mark.parametrize("delayed_delivery", [True, False])
 def test_entries_no_consumer_can_take_wait_in_the_replay_queue(delayed_delivery: bool) -> None:
-    h = _shared(dispatcherMinReadBatchSize=10, delayedDeliveryEnabled=delayed_delivery)
-    try:
+    with _shared(dispatcherMinReadBatchSize=10, delayedDeliveryEnabled=delayed_delivery) as h:
         c0 = h.join("c0", 10)
         disp = _disp(h)
         assert disp.have_pending_read
@@ -120,13 +109,10 @@ def test_entries_no_consumer_can_take_wait_in_the_replay_queue(delayed_delivery:
         disp.on_writable()
         h.settle()
         assert h.got("c0") == sent
-    finally:
-        h.close()
 
 
 def test_a_replay_read_takes_no_more_than_the_permits() -> None:
-    h = _shared(dispatcherMinReadBatchSize=10)
-    try:
+    with _shared(dispatcherMinReadBatchSize=10) as h:
         h.join("c0", 10)
         sent = h.publish("a", "b", "c")
         h.join("c1", 2)
@@ -134,21 +120,16 @@ def test_a_replay_read_takes_no_more_than_the_permits() -> None:
         assert h.got("c1") == sent[:2]
         h.flow("c1", 5)
         assert h.got("c1") == sent
-    finally:
-        h.close()
 
 
 def test_a_consumer_without_permits_is_skipped_and_the_rest_waits_for_permits() -> None:
-    h = _shared(dispatcherMinReadBatchSize=10)
-    try:
+    with _shared(dispatcherMinReadBatchSize=10) as h:
         h.join("c0", 3)
         h.join("c1", 0)
         sent = h.publish(*(f"k{i}" for i in range(5)))
         assert h.got("c0") == sent[:3] and h.got("c1") == []
         h.flow("c1", 10)
         assert h.got("c1") == sent[3:]
-    finally:
-        h.close()
 
 
 def test_what_a_leaving_consumer_held_goes_to_the_others_in_order(shared: Harness) -> None:
@@ -183,16 +164,13 @@ def test_redelivery_of_some_positions_counts_them(shared: Harness) -> None:
 
 
 def test_without_the_redelivery_tracker_nothing_is_counted() -> None:
-    h = _shared(subscriptionRedeliveryTrackerEnabled=False)
-    try:
+    with _shared(subscriptionRedeliveryTrackerEnabled=False) as h:
         c0 = h.join("c0", 100)
         sent = h.publish("a")
         _disp(h).redeliver(c0, None)
         h.settle()
         assert h.got("c0") == sent + sent
         assert h.sub.redelivery_counts == {}
-    finally:
-        h.close()
 
 
 def test_the_last_consumer_leaving_forgets_the_queue_and_the_next_starts_over(
@@ -225,8 +203,7 @@ def _delayed(h: Harness, key: str, deliver_at_ms: int) -> Position:
 
 
 def test_delayed_entries_wait_and_the_rest_goes_out() -> None:
-    h = _shared(dispatcherMinReadBatchSize=10)
-    try:
+    with _shared(dispatcherMinReadBatchSize=10) as h:
         now = int(time.time() * 1000)
         h.join("c0", 100)
         # One read gets both: the first waits, the second goes.
@@ -245,24 +222,18 @@ def test_delayed_entries_wait_and_the_rest_goes_out() -> None:
         # Acked up to past the delayed one (by hand): it is forgotten.
         disp.on_mark_delete_moved(later)
         assert len(disp.delayed) == 0
-    finally:
-        h.close()
 
 
 def test_with_delayed_delivery_disabled_nothing_waits() -> None:
-    h = _shared(delayedDeliveryEnabled=False)
-    try:
+    with _shared(delayedDeliveryEnabled=False) as h:
         h.join("c0", 100)
         pos = _delayed(h, "later", int(time.time() * 1000) + 3_600_000)
         h.settle()
         assert h.got("c0") == [pos]
-    finally:
-        h.close()
 
 
 def test_the_subscription_unacked_limit_blocks_and_unblocks_below_half() -> None:
-    h = _shared(maxUnackedMessagesPerSubscription=4, dispatcherMinReadBatchSize=10)
-    try:
+    with _shared(maxUnackedMessagesPerSubscription=4, dispatcherMinReadBatchSize=10) as h:
         h.join("c0", 100)
         sent = h.publish(*(f"k{i}" for i in range(10)))
         disp = _disp(h)
@@ -274,8 +245,6 @@ def test_the_subscription_unacked_limit_blocks_and_unblocks_below_half() -> None
         h.ack("c0", sent[2:3])
         assert h.got("c0") == sent[:7]
         assert disp.stats()["blockedSubscriptionOnUnackedMsgs"] is True
-    finally:
-        h.close()
 
 
 def test_a_cursor_moved_by_hand_forgets_what_was_queued_and_held(shared: Harness) -> None:
@@ -321,13 +290,20 @@ def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(shared: Ha
     assert not h.loop.has_timer()
 
 
-def test_the_last_delayed_entry_due_leaves_no_timer(shared: Harness) -> None:
-    h = shared
+def _due_with_its_timer_armed(h: Harness) -> Position:
+    """c0 joins; a delayed entry due in 20 ms is read and held with its timer armed; then 30 ms
+    pass, so it is due but the timer has not fired yet."""
     h.join("c0", 100)
     soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
     h.loop.run_ready()
     assert h.loop.has_timer()
     time.sleep(0.03)
+    return soon
+
+
+def test_the_last_delayed_entry_due_leaves_no_timer(shared: Harness) -> None:
+    h = shared
+    soon = _due_with_its_timer_armed(h)
     assert h.loop.fire_next_timer()
     h.loop.run_ready()
     assert h.got("c0") == [soon]
@@ -376,8 +352,7 @@ def test_shared_dispatches_a_replay_read_even_if_older_entries_were_queued_meanw
 
 
 def test_a_replay_read_takes_no_more_than_the_room_under_the_unacked_limit() -> None:
-    h = _shared(dispatcherMinReadBatchSize=10)
-    try:
+    with _shared(dispatcherMinReadBatchSize=10) as h:
         h.join("c0", 100)
         sent = h.publish(*(f"k{i}" for i in range(6)))
         c1 = h.join("c1", 100)
@@ -387,8 +362,6 @@ def test_a_replay_read_takes_no_more_than_the_room_under_the_unacked_limit() -> 
         h.leave("c0")
         assert h.got("c1") == sent[:4] and c1.unacked_messages == 4
         assert _disp(h).stats()["blockedSubscriptionOnUnackedMsgs"] is True
-    finally:
-        h.close()
 
 
 def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
@@ -420,11 +393,7 @@ def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
 
 def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: Harness) -> None:
     h = shared
-    h.join("c0", 100)
-    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
-    h.loop.run_ready()
-    assert h.loop.has_timer()
-    time.sleep(0.03)
+    soon = _due_with_its_timer_armed(h)
     # A publish wakes the dispatcher before the timer fires: the due entry goes with it.
     (plain,) = h.publish("plain")
     assert sorted(h.got("c0")) == [soon, plain]
@@ -498,20 +467,16 @@ def test_the_lowest_position_queued_with_a_known_hash_is_kept() -> None:
 
 
 def test_a_non_durable_subscription_has_no_unacked_limit() -> None:
-    h = _shared(maxUnackedMessagesPerSubscription=2)
-    try:
+    with _shared(maxUnackedMessagesPerSubscription=2) as h:
         h.join("c0", 0)
         assert _disp(h).unacked_limit.limit == 2
         h.sub.durable = False
         assert _disp(h).unacked_limit.limit == 0
-    finally:
-        h.close()
 
 
 def test_no_read_without_permits_even_under_an_unacked_limit() -> None:
     # The limit's room rounds a read up to one entry: only when some consumer has permits.
-    h = _shared(maxUnackedMessagesPerSubscription=10)
-    try:
+    with _shared(maxUnackedMessagesPerSubscription=10) as h:
         h.join("c0", 0)
         sent = h.publish("a")
         disp = _disp(h)
@@ -521,5 +486,3 @@ def test_no_read_without_permits_even_under_an_unacked_limit() -> None:
         assert not disp.have_pending_read and not h.loop.has_timer()
         h.flow("c0", 1)
         assert h.got("c0") == sent
-    finally:
-        h.close()
