@@ -29,8 +29,9 @@ EMPTY_TABLE: tuple[None, ...] = (None,) * TABLE_SIZE
 def apply_moves(
     table: Sequence[C | None], moves: Iterable[RangeMove[C]], now_empty: bool
 ) -> Sequence[C | None]:
-    """Return ``table`` with the moved slots given their new owners (mutated in place when it
-    is already a list); :data:`EMPTY_TABLE` once no consumer is left."""
+    """Return ``table`` with the moved slots given their new owners (a list is mutated in place
+    unless a move covers every slot; callers keep the returned table); :data:`EMPTY_TABLE` once
+    no consumer is left."""
     if now_empty:
         return EMPTY_TABLE
     # Big moves are the common case (a first consumer takes everything, a second half of it),
