@@ -289,11 +289,16 @@ def test_one_entry_out_at_the_tail_makes_a_joining_consumer_wait() -> None:
         t.close()
 
 
-@pytest.mark.parametrize(
+# Each dispatcher's skip-once-to-read-ahead flag (classic's twin of PIP-379's), for the tests
+# that set it by hand.
+EACH_READ_AHEAD_SKIP_FLAG = pytest.mark.parametrize(
     ("dispatcher", "flag"),
     [("last_sent", "_stuck_on_replays"), ("pip379", "_skip_next_replay")],
     ids=["classic", "pip379"],
 )
+
+
+@EACH_READ_AHEAD_SKIP_FLAG
 def test_a_stale_read_ahead_skip_does_not_strand_a_redelivery(dispatcher: str, flag: str) -> None:
     """Found by the simulation on classic, then seen in PIP-379's skipNextReplayToTriggerLook
     Ahead too: after a replay round that sends nothing, the next round skips the replay once to
@@ -377,11 +382,7 @@ def test_a_key_moved_by_a_leave_waits_for_what_its_earlier_owner_holds() -> None
         t.close()
 
 
-@pytest.mark.parametrize(
-    ("dispatcher", "flag"),
-    [("last_sent", "_stuck_on_replays"), ("pip379", "_skip_next_replay")],
-    ids=["classic", "pip379"],
-)
+@EACH_READ_AHEAD_SKIP_FLAG
 def test_the_read_ahead_skip_is_not_spent_while_a_read_waits_at_the_tail(
     dispatcher: str, flag: str
 ) -> None:

@@ -4,11 +4,9 @@ survived ``make mutate`` (bench/results/mutation/report.md)."""
 
 from __future__ import annotations
 
-import pytest
-
 from keyshared.broker.dispatch.key_shared import KeySharedDispatcher
 from keyshared.broker.dispatch.key_shared_classic import ClassicKeySharedDispatcher
-from tests.sim.test_classic_timelines import KEY_A, KEY_B, Timeline
+from tests.sim.test_classic_timelines import EACH_READ_AHEAD_SKIP_FLAG, KEY_A, KEY_B, Timeline
 from tests.sim.world import payload
 
 
@@ -100,11 +98,7 @@ def test_no_normal_read_while_only_recently_joined_consumers_have_permits() -> N
         t.close()
 
 
-@pytest.mark.parametrize(
-    ("dispatcher", "flag"),
-    [("last_sent", "_stuck_on_replays"), ("pip379", "_skip_next_replay")],
-    ids=["classic", "pip379"],
-)
+@EACH_READ_AHEAD_SKIP_FLAG
 def test_no_read_ahead_skip_at_the_tail_of_the_topic(dispatcher: str, flag: str) -> None:
     # After a replay round that sent nothing the next round skips the replay to read ahead; at
     # the tail there is nothing to read ahead, so the skip only parked a read there, and a1 (its
