@@ -219,17 +219,25 @@ class KeySharedDispatcher(SharedDispatcher):
         return min(n, max(self.look_ahead_limit() - len(self.replay), 1))
 
     # --- replay filtering ----------------------------------------------------------------------
+    def read_ahead_would_read(self) -> bool:
+        """Whether skipping the replay once, after a replay round that sent nothing, would read
+        ahead now: no normal read out yet, something written past the read position, and a
+        consumer that may take it. Else the skip only used up the trigger: with a normal read
+        already out (waiting at the tail), or nothing to read, the read parked at the tail and
+        the queued entries waited for the next publish (a hang, if no client had a FLOW left to
+        send). An empty replay round backs off (``read_more_with_backoff``), so replaying again
+        instead does not spin."""
+        return (
+            not self.have_pending_read
+            and self.cursor.has_more_entries()
+            and self.normal_read_allowed()
+        )
+
     def replay_candidates(self, max_entries: int) -> list[Position]:
         """Queued positions whose consumer has room and whose hash is not blocked."""
         if self._skip_next_replay:
             self._skip_next_replay = False
-            # Only when a read ahead can start now and has something to read (see the classic
-            # dispatcher's twin).
-            if (
-                not self.have_pending_read
-                and self.cursor.has_more_entries()
-                and self.normal_read_allowed()
-            ):
+            if self.read_ahead_would_read():
                 return []
         # With allowOutOfOrderDelivery too: a head of entries for consumers without permits must
         # not keep a consumer with permits from what is queued for it behind them.

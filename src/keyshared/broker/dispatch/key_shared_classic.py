@@ -242,16 +242,7 @@ class ClassicKeySharedDispatcher(KeySharedDispatcher):
         entries all go to one consumer, so all of them are skipped or none."""
         if self._stuck_on_replays:
             self._stuck_on_replays = False
-            # Only when a read ahead can start now and has something to read: with a normal
-            # read already out (waiting at the tail), or nothing written past the read
-            # position, skipping used up the trigger, the read parked at the tail, and the
-            # queued entries waited for the next publish. An empty replay round backs off
-            # (read_more_with_backoff), so replaying again here does not spin.
-            if (
-                not self.have_pending_read
-                and self.cursor.has_more_entries()
-                and self.normal_read_allowed()
-            ):
+            if self.read_ahead_would_read():
                 return []
         if self.recently_joined:
             self._prune_recently_joined()
