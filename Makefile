@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint typecheck check proto bench bench-load demo clean deps-browser deps-fuse mutate
+.PHONY: run test lint typecheck check proto bench bench-load demo clean deps-system deps-browser deps-fuse mutate
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,26 +28,30 @@ typecheck: $(STAMP)
 
 check: lint typecheck
 
-# Debian's headless Chromium for the dashboard's browser test, only when missing (CI is root).
-deps-browser:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+# Debian packages the suite needs, only those missing, in one apt-get run (CI is root; two runs
+# at once would fight over dpkg's lock): headless Chromium for the dashboard's browser test,
+# fuse3 for the power-loss tests' FUSE layer.
+deps-system:
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  missing="$$missing chromium"; \
+	command -v fusermount3 >/dev/null 2>&1 || missing="$$missing fuse3"; \
+	[ -z "$$missing" ] || \
 	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
-	  echo "deps-browser: could not install chromium; the dashboard test needs it"
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } || \
+	  echo "deps-system: could not install$$missing; the dashboard and power-loss tests need them"
 
-# Debian's fuse3 for the power-loss tests' FUSE layer (tests/fault), only when missing (CI is root).
-deps-fuse:
-	@command -v fusermount3 >/dev/null 2>&1 || \
-	  { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null; } || \
-	  echo "deps-fuse: could not install fuse3; the power-loss tests need it"
+deps-browser deps-fuse: deps-system
 
 # Two workers: the integration tests mostly wait on brokers and clients, so they overlap well
 # with the CPU-bound simulation and property tests on a 2-core machine. Spark tests share one
 # worker (one SparkSession, one JVM).
+# The set-up runs in parallel (-j3): apt-get fetches and unpacks while pip installs the venv and
+# then ruff and mypy run, instead of one after the other.
 # Byte-compiled first, as for `make run`: the suite starts hundreds of broker and client
 # processes, and under PYTHONDONTWRITEBYTECODE=1 each would compile every module again.
-test: $(STAMP) check deps-browser deps-fuse
+test:
+	@$(MAKE) --no-print-directory -j3 check deps-system
 	@$(PY) -m compileall -q src tests >/dev/null
 	$(PY) -m pytest -q -n 2 --dist loadgroup $(PYTEST_ARGS)
 
