@@ -26,8 +26,13 @@ settings.register_profile(
 settings.load_profile(os.environ.get("KEYSHARED_HYPOTHESIS_PROFILE", "keyshared"))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep the Spark tests on one xdist worker: they share one SparkSession (one JVM)."""
+    """Keep the Spark tests on one xdist worker: they share one SparkSession (one JVM).
+
+    First among the hooks: xdist's own reads the xdist_group marks to group the items, and a
+    conftest's hook otherwise runs after it, when the mark comes too late.
+    """
     for item in items:
         if "/tests/spark/" in str(item.path):
             item.add_marker(pytest.mark.xdist_group("spark"))

@@ -40,6 +40,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(300))
 
 
+@pytest.fixture(autouse=True)
+def _spark_group_holds(request: pytest.FixtureRequest) -> None:
+    """Under ``--dist loadgroup`` (``make test``) each Spark test must carry its xdist group.
+
+    Without it the tests spread over both workers and each starts its own JVM: slower, twice
+    the memory, and nothing else says so (a pytest upgrade once dropped every group silently).
+    """
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@spark"), (
+            f"{request.node.nodeid} is not in the 'spark' xdist group: see tests/conftest.py"
+        )
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """The one SparkSession of the test run (``local[2]``)."""
