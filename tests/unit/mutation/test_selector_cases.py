@@ -206,6 +206,9 @@ def test_sticky_hashes_past_the_table_are_taken_modulo_the_range_size() -> None:
     assert selector.select(65536 + 150) is b
     assert selector.select(65536 + 50) is None
     assert selector.select(65536 + 201) is None
+    # The ends of a range are in it.
+    assert selector.select(65536 + 9) is a and selector.select(65536 + 10) is None
+    assert selector.select(65536 + 100) is b and selector.select(65536 + 200) is b
 
 
 @pytest.mark.parametrize(
@@ -267,6 +270,10 @@ def test_sticky_uncovered_ranges_are_the_gaps() -> None:
     selector.remove_consumer(a)
     assert selector.uncovered_ranges() == [(0, 9), (11, 65534)]
     assert selector.get_consumer_key_hash_ranges() == {b: [(10, 10), (65535, 65536)]}
+    # One-slot gaps, the last slot's included.
+    c = Consumer("c")
+    selector.add_consumer(c, [(0, 8), (12, 65533)])
+    assert selector.uncovered_ranges() == [(9, 9), (11, 11), (65534, 65534)]
 
 
 def test_sticky_remove_leaves_the_other_consumers_ranges() -> None:
