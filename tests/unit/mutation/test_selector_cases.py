@@ -17,8 +17,10 @@ from keyshared.broker.dispatch.selectors import (
     RangeMove,
     RemovedHashRanges,
     create_selector,
+    selector_for,
 )
 from keyshared.broker.dispatch.selectors.ranges import check_assignments
+from keyshared.config import BrokerConfig
 
 
 @dataclass(eq=False)
@@ -298,6 +300,22 @@ def test_create_selector_reads_the_mode_in_any_case_and_names_a_bad_one() -> Non
     assert auto.replica_points == 7
     with pytest.raises(ValueError, match=r"^unknown key_shared_mode 'NOPE'$"):
         create_selector("NOPE")
+    # Without a mode: AUTO_SPLIT, consistent hashing with Pulsar's 100 points.
+    default: object = create_selector()
+    assert isinstance(default, ConsistentHashingStickyKeyConsumerSelector)
+    assert default.replica_points == 100
+
+
+def test_the_broker_settings_choose_the_selector_and_its_points() -> None:
+    config = BrokerConfig(subscriptionKeySharedConsistentHashingReplicaPoints=7)
+    ring: object = selector_for("AUTO_SPLIT", config)
+    assert isinstance(ring, ConsistentHashingStickyKeyConsumerSelector)
+    assert ring.replica_points == 7
+    config = BrokerConfig(subscriptionKeySharedUseConsistentHashing=False)
+    split: object = selector_for("AUTO_SPLIT", config)
+    assert isinstance(split, HashRangeAutoSplitStickyKeyConsumerSelector)
+    sticky: object = selector_for("STICKY", config)
+    assert isinstance(sticky, HashRangeExclusiveStickyKeyConsumerSelector)
 
 
 def test_removed_hash_ranges_describe_themselves() -> None:
