@@ -199,6 +199,16 @@ def test_sticky_small_range_size_folds_hashes_onto_its_slots() -> None:
     assert selector.select(70000) is c
 
 
+def test_sticky_slot_formula_follows_the_range_size() -> None:
+    # pulsar_hash(b"0") = 1383186559: % 65536 = 49279, % 100 = 59.
+    selector = Exclusive(100)
+    assert selector.sticky_key_hash(b"0") == 59
+    c = Consumer("c")
+    selector.add_consumer(c, [(59, 59)])
+    assert selector.select_key(b"0") is c
+    assert Exclusive().sticky_key_hash(b"0") == 49279
+
+
 def test_sticky_hashes_past_the_table_are_taken_modulo_the_range_size() -> None:
     selector = Exclusive()
     a, b = Consumer("a"), Consumer("b")
