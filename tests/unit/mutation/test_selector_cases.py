@@ -288,6 +288,23 @@ def test_sticky_uncovered_ranges_are_the_gaps() -> None:
     assert selector.uncovered_ranges() == [(9, 9), (11, 11), (65534, 65534)]
 
 
+def test_sticky_last_slot_alone_is_a_gap() -> None:
+    selector = Exclusive()
+    selector.add_consumer(Consumer("c"), [(0, 65534)])
+    assert selector.uncovered_ranges() == [(65535, 65535)]
+
+
+def test_sticky_adjacent_ranges_of_a_consumer_are_merged_in_its_stats() -> None:
+    selector = Exclusive()
+    c, d = Consumer("c"), Consumer("d")
+    selector.add_consumer(c, [(0, 4), (6, 7), (9, 10), (11, 12), (13, 13)])
+    selector.add_consumer(d, [(5, 5), (8, 8)])
+    assert selector.get_consumer_key_hash_ranges() == {
+        c: [(0, 4), (6, 7), (9, 13)],
+        d: [(5, 5), (8, 8)],
+    }
+
+
 def test_sticky_remove_leaves_the_other_consumers_ranges() -> None:
     selector = Exclusive()
     a, b = Consumer("a"), Consumer("b")
