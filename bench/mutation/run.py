@@ -40,14 +40,15 @@ def chosen_modules(filters: list[str]) -> list[str]:
     """The modules ``filters`` name, in the order given (all of them, in MODULES' order, without).
 
     A filter that ends a module's dotted name names that module alone (``shared`` is
-    ``dispatch.shared``, not ``key_shared``; ``cursor`` is not ``cursor_codec``); any other picks
-    every module whose name contains it (``selectors``).
+    ``dispatch.shared``, not ``key_shared``; ``cursor`` is not ``cursor_codec``), and a package
+    with its modules (``selectors``: the package and ``selectors.consistent``, ...); any other
+    picks every module whose name contains it (``cursor_``).
     """
     if not filters:
         return list(MODULES)
     picked: list[str] = []
     for f in filters:
-        exact = [m for m in MODULES if m == f or m.endswith("." + f)]
+        exact = [m for m in MODULES if m == f or m.endswith("." + f) or f".{f}." in f".{m}"]
         for m in exact or [m for m in MODULES if f in m]:
             if m not in picked:
                 picked.append(m)

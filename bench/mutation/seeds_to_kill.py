@@ -30,6 +30,7 @@ SIM_MODULES = (
     "dispatch.shared",
     "dispatch.base",
     "dispatch.pending_acks",
+    "dispatch.selectors",
     "storage.range_set",
     "storage.cursor",
 )

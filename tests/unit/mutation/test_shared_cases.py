@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from keyshared.broker.consumer import SubType
+from keyshared.broker.dispatch import shared as shared_module
 from keyshared.broker.dispatch.shared import ReplayQueue, SharedDispatcher
 from keyshared.broker.subscription import AckItem
 from keyshared.config import BrokerConfig
@@ -30,6 +31,20 @@ def _shared(**settings: object) -> Harness:
 def shared() -> Iterator[Harness]:
     with _shared() as h:
         yield h
+
+
+class Clock:
+    """The dispatcher's wall clock (``shared._now_ms``), moved by hand: a delayed entry due
+    in 20 ms is not due yet however slowly a loaded machine runs the test."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.ms = int(time.time() * 1000)
+        monkeypatch.setattr(shared_module, "_now_ms", lambda: self.ms)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return Clock(monkeypatch)
 
 
 def _disp(h: Harness) -> SharedDispatcher:
@@ -258,22 +273,23 @@ def test_a_cursor_moved_by_hand_forgets_what_was_queued_and_held(shared: Harness
     assert c0.pending_acks == {} and c0.unacked_messages == 0
 
 
-def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(shared: Harness) -> None:
+def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(
+    shared: Harness, clock: Clock
+) -> None:
     h = shared
     h.join("c0", 100)
     start = h.loop.time()
-    now = int(time.time() * 1000)
-    hour = _delayed(h, "hour", now + 3_600_000)
+    hour = _delayed(h, "hour", clock.ms + 3_600_000)
     h.loop.run_ready()
     # One timer, set for the entry's due time (the virtual clock counts the same seconds).
     at = h.loop.next_timer_at()
     assert at is not None and 3_599 <= at - start <= 3_600
-    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    soon = _delayed(h, "soon", clock.ms + 20)
     h.loop.run_ready()
     # Re-armed for the earlier entry; the hour's timer is gone, not left to fire as well.
     at = h.loop.next_timer_at()
     assert at is not None and at - start <= 0.02
-    time.sleep(0.03)
+    clock.ms += 30
     assert h.loop.fire_next_timer()
     disp = _disp(h)
     while not disp.have_pending_replay_read:
@@ -290,20 +306,20 @@ def test_the_delayed_timer_wakes_the_dispatcher_when_the_entry_is_due(shared: Ha
     assert not h.loop.has_timer()
 
 
-def _due_with_its_timer_armed(h: Harness) -> Position:
+def _due_with_its_timer_armed(h: Harness, clock: Clock) -> Position:
     """c0 joins; a delayed entry due in 20 ms is read and held with its timer armed; then 30 ms
     pass, so it is due but the timer has not fired yet."""
     h.join("c0", 100)
-    soon = _delayed(h, "soon", int(time.time() * 1000) + 20)
+    soon = _delayed(h, "soon", clock.ms + 20)
     h.loop.run_ready()
     assert h.loop.has_timer()
-    time.sleep(0.03)
+    clock.ms += 30
     return soon
 
 
-def test_the_last_delayed_entry_due_leaves_no_timer(shared: Harness) -> None:
+def test_the_last_delayed_entry_due_leaves_no_timer(shared: Harness, clock: Clock) -> None:
     h = shared
-    soon = _due_with_its_timer_armed(h)
+    soon = _due_with_its_timer_armed(h, clock)
     assert h.loop.fire_next_timer()
     h.loop.run_ready()
     assert h.got("c0") == [soon]
@@ -391,9 +407,11 @@ def test_the_replay_queue_drops_what_the_mark_delete_position_passed() -> None:
     assert not q.contains_hash(8)
 
 
-def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(shared: Harness) -> None:
+def test_a_due_entry_taken_by_a_read_before_its_timer_cancels_the_timer(
+    shared: Harness, clock: Clock
+) -> None:
     h = shared
-    soon = _due_with_its_timer_armed(h)
+    soon = _due_with_its_timer_armed(h, clock)
     # A publish wakes the dispatcher before the timer fires: the due entry goes with it.
     (plain,) = h.publish("plain")
     assert sorted(h.got("c0")) == [soon, plain]
