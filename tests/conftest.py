@@ -29,7 +29,8 @@ settings.load_profile(os.environ.get("KEYSHARED_HYPOTHESIS_PROFILE", "keyshared"
 # `make mutate`: a mutant that makes a fast unit test wait forever (a read that should return at
 # once waits for entries) is cut after this, not after the limit in pyproject.toml, which the
 # simulator's seed chunks and the property tests need (and which mutmut's own wall-clock limit,
-# thirty times every calling test's time, leaves to act first). A unit test takes a second or less, ten on a loaded machine.
+# thirty times every calling test's time, leaves to act first). A unit test takes a second or
+# less here, ten at most on a loaded machine.
 UNIT_TEST_TIMEOUT_UNDER_MUTATION = 30
 
 
