@@ -539,3 +539,31 @@ def test_a_cancelled_wait_ending_leaves_the_listener_to_the_read_waiting_after_i
         assert ledger.listener_count == 0
 
     asyncio.run(go())
+
+
+async def _ticks(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_waiting_read_whose_entries_were_acked_meanwhile_waits_on() -> None:
+    # Everything it read was acked while the read was out: a waiting read has nothing to give
+    # yet, so it waits for the next entry rather than returning empty.
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(1)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries_or_wait(1))
+        await _ticks()
+        c.ack_individual([P(1, 0)])
+        reader.complete_all()
+        await _ticks()
+        assert not read.done()
+        ledger.add_entries(1)
+        await _ticks()
+        reader.complete_all()
+        result = await asyncio.wait_for(read, 5)
+        assert [e.position for e in result.entries] == [P(1, 1)] and not result.stale
+
+    asyncio.run(go())
