@@ -4,6 +4,7 @@
     python bench/mutation/run.py --workers 1 range_set dedup
     python bench/mutation/run.py --rerun survived key_shared   # again, after adding tests
     python bench/mutation/run.py --seeds 15000 --rerun survived   # make test's full budget
+    python bench/mutation/run.py --equivalent-later cursor_reads  # the listed equivalents last
 
 Each mutant is killed by the tests of ``[tool.mutmut]`` in pyproject.toml that call the mutated
 function, fastest first: the unit tests nearest to it, then the simulator. The simulator runs
@@ -26,12 +27,14 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MODULES, MUTANTS, ROOT, load
 
+EQUIVALENT = Path(__file__).resolve().parent / "equivalent.toml"
 FULL_SIM_SEEDS = 15_000
 FULL_PRODUCER_SEEDS = 6_000
 
@@ -57,13 +60,19 @@ def chosen_modules(filters: list[str]) -> list[str]:
     return picked
 
 
-def pending(module: str, rerun: str | None) -> list[str] | None:
-    """Mutant names of ``module`` to run; None when mutmut has not generated them yet."""
+def equivalents() -> frozenset[str]:
+    """The mutants equivalent.toml lists (the same code as the original, by its reasons)."""
+    return frozenset(tomllib.loads(EQUIVALENT.read_text())) if EQUIVALENT.exists() else frozenset()
+
+
+def pending(module: str, rerun: str | None, skip: frozenset[str] = frozenset()) -> list[str] | None:
+    """Mutant names of ``module`` to run (less ``skip``); None when mutmut has not generated
+    them yet."""
     mutants = load(module)
     if not mutants:
         return None
     want = {"not run"} if rerun is None else {rerun}
-    return [m.name for m in mutants if m.status in want]
+    return [m.name for m in mutants if m.status in want and m.name not in skip]
 
 
 def mutmut(names: list[str], workers: int, env: dict[str, str]) -> int:
@@ -87,7 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="one mutmut run over the chosen modules' mutants (its clean run once, not per module)",
     )
+    ap.add_argument(
+        "--equivalent-later",
+        action="store_true",
+        help="leave out the mutants equivalent.toml lists: each survives, so runs every selected "
+        "test (minutes); the rest first tells more sooner (run them after, without the flag)",
+    )
     args = ap.parse_args(argv)
+    skip = equivalents() if args.equivalent_later else frozenset()
 
     producer_seeds = max(1, args.seeds * FULL_PRODUCER_SEEDS // FULL_SIM_SEEDS)
     env = dict(os.environ, SIM_SEEDS=str(args.seeds), SIM_PRODUCER_SEEDS=str(producer_seeds))
@@ -104,17 +120,17 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"seeds": args.seeds, "producer_seeds": producer_seeds}) + "\n"
     )
     modules = chosen_modules(args.modules)
-    if args.together and all(pending(m, args.rerun) is not None for m in modules):
+    if args.together and all(pending(m, args.rerun, skip) is not None for m in modules):
         # Each mutmut run starts with the selected tests run clean: minutes on a loaded
         # machine, paid once here rather than once per module (mutmut runs the fastest first).
-        together = [n for m in modules for n in pending(m, args.rerun) or []]
+        together = [n for m in modules for n in pending(m, args.rerun, skip) or []]
         print(f"mutate: {len(modules)} modules, {len(together)} to run", flush=True)
         for i in range(0, len(together), args.chunk):
             if mutmut(together[i : i + args.chunk], args.workers, env) != 0:
                 return 1
         return 0
     for module in modules:
-        names = pending(module, args.rerun)
+        names = pending(module, args.rerun, skip)
         if names is None:
             # First run: mutmut generates every module's mutants; this one's are all pending.
             if mutmut([f"{module}.*"], args.workers, env) != 0:

@@ -77,7 +77,16 @@ class Harness:
         self.close()
 
     def close(self) -> None:
-        """Uninstall the loop."""
+        """End the read parked at the tail, then uninstall the loop.
+
+        Left pending, the parked read's task was freed by the collector during some later
+        test, where asyncio logged 'Task was destroyed but it is pending' into that test's
+        caplog. The dispatcher is closed first, so the cancelled read starts no other."""
+        disp = self.sub.dispatcher
+        if disp is not None:
+            disp.close()
+        self.cursor.cancel_pending_read()
+        self.loop.run_ready()
         self._installed.__exit__(None, None, None)
 
     @property

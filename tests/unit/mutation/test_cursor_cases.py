@@ -515,3 +515,55 @@ def test_a_stale_or_cancelled_read_gives_an_empty_list() -> None:
         assert cancelled.cancelled and cancelled.entries == []
 
     asyncio.run(go())
+
+
+def test_a_cancelled_wait_ending_leaves_the_listener_to_the_read_waiting_after_it() -> None:
+    # A wait cancelled and a new read awaited at once, in the same step: the new one waits
+    # before the cancelled one's task runs again. When that one ends it must leave the listener
+    # alone, or the new read never hears of the next entry.
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        c = ManagedCursor("c", ledger, None, durable=False, initial_position=EARLIEST)
+        first = asyncio.ensure_future(c.read_entries_or_wait(1))
+        await asyncio.sleep(0)
+
+        async def cancel_and_read_again() -> list[Position]:
+            c.cancel_pending_read()
+            return [e.position for e in (await c.read_entries_or_wait(1)).entries]
+
+        second = asyncio.ensure_future(cancel_and_read_again())
+        assert (await first).cancelled
+        assert ledger.listener_count == 1
+        ledger.add_entries(1)
+        assert await asyncio.wait_for(second, 5) == [P(1, 0)]
+        assert ledger.listener_count == 0
+
+    asyncio.run(go())
+
+
+async def _ticks(n: int = 5) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_waiting_read_whose_entries_were_acked_meanwhile_waits_on() -> None:
+    # Everything it read was acked while the read was out: a waiting read has nothing to give
+    # yet, so it waits for the next entry rather than returning empty.
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(1)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries_or_wait(1))
+        await _ticks()
+        c.ack_individual([P(1, 0)])
+        reader.complete_all()
+        await _ticks()
+        assert not read.done()
+        ledger.add_entries(1)
+        await _ticks()
+        reader.complete_all()
+        result = await asyncio.wait_for(read, 5)
+        assert [e.position for e in result.entries] == [P(1, 1)] and not result.stale
+
+    asyncio.run(go())

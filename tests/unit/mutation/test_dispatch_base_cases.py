@@ -185,3 +185,25 @@ def test_a_read_within_the_limits_arms_no_retry_and_a_cancelled_read_is_ignored(
         assert not disp.have_pending_read
     finally:
         h.close()
+
+
+def test_indexes_acked_before_a_send_are_not_counted_against_the_dispatch_rate() -> None:
+    h = Harness(sub_type=SubType.Exclusive)
+    try:
+        clock = h.loop.time
+        throttle = DispatchThrottle(
+            clock, lambda: (Rate(msgs=100), Rate()), SharedDispatchLimiters(clock), "sim"
+        )
+        h.sub.dispatch_throttle = throttle
+        c0 = h.join("c0", 10)
+        (batch,) = h.publish("k", batch=3)
+        assert throttle.budget(1000) == 97
+        h.sub.acknowledge(c0, False, [AckItem(batch, [0b110])])
+        disp = h.sub.dispatcher
+        assert disp is not None
+        disp.redeliver(c0, None)
+        h.settle()
+        # Sent again with index 0 acked: two messages more, not three or four.
+        assert throttle.budget(1000) == 95
+    finally:
+        h.close()

@@ -239,6 +239,23 @@ def test_delayed_entries_wait_and_the_rest_goes_out() -> None:
         assert len(disp.delayed) == 0
 
 
+def test_an_entry_due_this_very_millisecond_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Held only when due after now (Pulsar delays deliverAt > now): an entry due at the clock's
+    # own millisecond goes with the read, in order, not through the tracker and a replay after
+    # the entry behind it. The clock stands still here.
+    now = int(time.time() * 1000)
+    monkeypatch.setattr(shared_module, "_now_ms", lambda: now)
+    with _shared(dispatcherMinReadBatchSize=10) as h:
+        h.join("c0", 100)
+        # One read of all three.
+        due = _delayed(h, "due", now)
+        plain = _delayed(h, "plain", 0)
+        later = _delayed(h, "later", now + 3_600_000)
+        h.settle()
+        assert h.got("c0") == [due, plain]
+        assert later in _disp(h).delayed
+
+
 def test_with_delayed_delivery_disabled_nothing_waits() -> None:
     with _shared(delayedDeliveryEnabled=False) as h:
         h.join("c0", 100)

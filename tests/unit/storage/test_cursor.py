@@ -302,9 +302,9 @@ def test_config_from_broker_config() -> None:
 def test_closed_cursor_refuses_reads() -> None:
     c = cursor(ledger_with(3))
     c.close()
-    with pytest.raises(CursorClosedError):
+    with pytest.raises(CursorClosedError, match=r"^cursor c is closed$"):
         c.read_entries(1)
-    with pytest.raises(CursorClosedError):
+    with pytest.raises(CursorClosedError, match=r"^cursor c is closed$"):
         c.replay_entries([P(1, 0)])
     c.close()  # idempotent
 

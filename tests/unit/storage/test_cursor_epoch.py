@@ -172,7 +172,7 @@ def test_one_sequential_read_per_epoch() -> None:
     async def scenario() -> None:
         _, reader, cursor = setup()
         first = asyncio.ensure_future(cursor.read_entries(2))
-        with pytest.raises(PendingReadError):
+        with pytest.raises(PendingReadError, match=r"^cursor sub already has a read in flight$"):
             cursor.read_entries(2)
         assert cursor.has_pending_read
         cursor.rewind()
