@@ -206,6 +206,7 @@ class RawClient:
         sub_type: int = pb.CommandSubscribe.Shared,
         *,
         earliest: bool = True,
+        priority_level: int = 0,
     ) -> int:
         """SUBSCRIBE and wait for SUCCESS; returns the consumer id."""
         consumer_id = self.new_id()
@@ -220,6 +221,7 @@ class RawClient:
                 initial_position=pb.CommandSubscribe.Earliest
                 if earliest
                 else pb.CommandSubscribe.Latest,
+                priority_level=priority_level,
             )
         )
         ok = self.expect(_T.SUCCESS).success

@@ -521,3 +521,24 @@ def test_no_read_without_permits_even_under_an_unacked_limit() -> None:
         assert not disp.have_pending_read and not h.loop.has_timer()
         h.flow("c0", 1)
         assert h.got("c0") == sent
+
+
+def test_a_lower_priority_level_is_sent_nothing_while_a_higher_one_has_permits() -> None:
+    """Pulsar's getNextConsumer: round robin only among the best ``priorityLevel`` with permits
+    (0 is the highest); a consumer of a lower level gets entries once those above have none."""
+    with _shared(dispatcherMinReadBatchSize=100) as h:
+        # Joined lowest level first, so that join order alone would favour it.
+        h.join("low", 100, priority=2)
+        h.join("mid", 0, priority=1)
+        h.join("top1", 30, priority=0)
+        h.join("top2", 30, priority=0)
+        sent = h.publish(*(f"k{i}" for i in range(70)))
+        # The two of level 0 share their 60 permits in turns of 20; level 2 gets the rest.
+        assert sorted(h.got("top1") + h.got("top2")) == sent[:60]
+        assert len(h.got("top1")) == 30 and len(h.got("top2")) == 30
+        assert h.got("mid") == []
+        assert h.got("low") == sent[60:]
+        # Level 1 gains permits: it now comes before level 2.
+        h.flow("mid", 5)
+        more = h.publish("x", "y", "z")
+        assert h.got("mid") == more and h.got("low") == sent[60:]

@@ -433,6 +433,9 @@ class SharedDispatcher(Dispatcher):
     ) -> list[DispatchGroup]:
         """Round-robin: give each consumer with permits up to a small batch, in turn.
 
+        Only consumers of the best priority level (the lowest ``priorityLevel``) among those
+        with permits take turns, as in Pulsar's ``getNextConsumer``: a lower level is sent
+        something only while every consumer above it has no permits left.
         ``metas`` are the entries' metadata, in the same order."""
         budgets = {c: self.permits_of(c) for c in self.consumers}
         groups: dict[Consumer, list[Entry]] = {}
@@ -441,15 +444,17 @@ class SharedDispatcher(Dispatcher):
         i = 0
         idx = self._rr
         while i < len(entries):
+            level = min((c.priority_level for c in self.consumers if budgets[c] > 0), default=None)
+            if level is None:
+                break
             consumer = None
             for step in range(n):
                 c = self.consumers[(idx + step) % n]
-                if budgets[c] > 0:
+                if budgets[c] > 0 and c.priority_level == level:
                     consumer = c
                     idx = (idx + step) % n
                     break
-            if consumer is None:
-                break
+            assert consumer is not None  # a consumer of that level has permits
             take = min(budgets[consumer], ROUND_ROBIN_BATCH, len(entries) - i)
             groups.setdefault(consumer, []).extend(entries[i : i + take])
             group_metas.setdefault(consumer, []).extend(metas[i : i + take])
