@@ -76,3 +76,22 @@ def test_the_wakeup_is_the_due_time_or_now_when_overdue() -> None:
     assert t.next_wakeup_ms(5_000) == 5_000
     # Overdue: wake at once, not a tick (or a millisecond) later.
     assert t.next_wakeup_ms(5_070) == 5_070
+
+
+def test_wakeups_are_a_tick_apart_and_never_before_the_due_time() -> None:
+    """delayedDeliveryTickTimeMillis spaces the timer (Pulsar's lastTickRun + tickTimeMillis):
+    an entry due soon after a wake-up waits for the next tick; one due later is woken for on
+    time; an overdue one at once."""
+    t = DelayedDeliveryTracker(1_000)
+    t.add(p(1), 5_000)
+    assert t.next_wakeup_ms(1_000) == 5_000  # no wake-up yet: the due time itself
+    assert t.pop_due(5_000) == [p(1)]
+    t.ticked(5_000)
+    t.add(p(2), 5_100)
+    assert t.next_wakeup_ms(5_000) == 6_000  # a tick after the last wake-up, not 5,100
+    assert t.pop_due(5_099) == []  # never early: the tick only spaces the timer
+    t.add(p(3), 7_500)
+    assert t.pop_due(6_000) == [p(2)]
+    t.ticked(6_000)
+    assert t.next_wakeup_ms(6_000) == 7_500  # more than a tick away: on time
+    assert t.next_wakeup_ms(7_600) == 7_600  # overdue: at once

@@ -542,3 +542,24 @@ def test_a_lower_priority_level_is_sent_nothing_while_a_higher_one_has_permits()
         h.flow("mid", 5)
         more = h.publish("x", "y", "z")
         assert h.got("mid") == more and h.got("low") == sent[60:]
+
+
+def test_an_entry_due_soon_after_a_wakeup_waits_for_the_next_tick(
+    shared: Harness, clock: Clock
+) -> None:
+    """The delayed timer is spaced by delayedDeliveryTickTimeMillis (1,000 by default) from its
+    last wake-up, as Pulsar's lastTickRun + tickTimeMillis: not re-armed 50 ms later."""
+    h = shared
+    soon = _due_with_its_timer_armed(h, clock)
+    assert h.loop.fire_next_timer()
+    h.loop.run_ready()
+    assert h.got("c0") == [soon]
+    start = h.loop.time()
+    nxt = _delayed(h, "next", clock.ms + 50)
+    h.loop.run_ready()
+    at = h.loop.next_timer_at()
+    assert at is not None and at - start == pytest.approx(1.0)
+    clock.ms += 1_000
+    assert h.loop.fire_next_timer()
+    h.loop.run_ready()
+    assert h.got("c0") == [soon, nxt]

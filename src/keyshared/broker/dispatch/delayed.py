@@ -15,10 +15,12 @@ from keyshared.storage.position import Position
 class DelayedDeliveryTracker:
     """Positions by the time they become due (milliseconds since the epoch)."""
 
-    __slots__ = ("_heap", "_positions", "tick_ms")
+    __slots__ = ("_heap", "_positions", "last_tick_ms", "tick_ms")
 
     def __init__(self, tick_ms: int) -> None:
         self.tick_ms = max(tick_ms, 1)
+        # When the timer last woke the dispatcher (Pulsar's lastTickRun); 0: never.
+        self.last_tick_ms = 0
         self._heap: list[tuple[int, Position]] = []
         self._positions: set[Position] = set()
 
@@ -59,11 +61,20 @@ class DelayedDeliveryTracker:
         return heap[0][0] if heap else None
 
     def next_wakeup_ms(self, now_ms: int) -> int | None:
-        """When the dispatcher should look again: the next due time, at most once a tick."""
+        """When the timer should wake the dispatcher: at once for an overdue entry, else at the
+        next due time but no sooner than a tick (``delayedDeliveryTickTimeMillis``) after the
+        last wake-up, as Pulsar's tracker spaces its timer: entries falling due close together
+        are released by one wake-up, each up to a tick late, never early."""
         due = self.next_due_ms()
         if due is None:
             return None
-        return max(due, now_ms + min(self.tick_ms, max(due - now_ms, 0)))
+        if due <= now_ms:
+            return now_ms
+        return max(due, self.last_tick_ms + self.tick_ms)
+
+    def ticked(self, now_ms: int) -> None:
+        """The timer woke the dispatcher at ``now_ms``: the next wake-up is a tick away."""
+        self.last_tick_ms = now_ms
 
     def remove_up_to(self, pos: Position) -> None:
         """Forget positions at or before ``pos`` (acked)."""

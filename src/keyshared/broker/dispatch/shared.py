@@ -256,6 +256,7 @@ class SharedDispatcher(Dispatcher):
 
         def fire() -> None:
             self._delayed_timer = None
+            self.delayed.ticked(_now_ms())
             self.read_more()
 
         self._delayed_timer = self.scheduler.call_later(max(wake - now, 0) / 1000.0, fire)
