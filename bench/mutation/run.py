@@ -26,11 +26,14 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MODULES, MUTANTS, ROOT, load
+
+EQUIVALENT = Path(__file__).resolve().parent / "equivalent.toml"
 
 FULL_SIM_SEEDS = 15_000
 FULL_PRODUCER_SEEDS = 6_000
@@ -58,12 +61,17 @@ def chosen_modules(filters: list[str]) -> list[str]:
 
 
 def pending(module: str, rerun: str | None) -> list[str] | None:
-    """Mutant names of ``module`` to run; None when mutmut has not generated them yet."""
+    """Mutant names of ``module`` to run; None when mutmut has not generated them yet.
+
+    Mutants listed in equivalent.toml are left out: they survive every test, so running one
+    costs every test that calls its function (the simulator's seeds too) and tells nothing.
+    """
     mutants = load(module)
     if not mutants:
         return None
     want = {"not run"} if rerun is None else {rerun}
-    return [m.name for m in mutants if m.status in want]
+    equivalent = set(tomllib.loads(EQUIVALENT.read_text()))
+    return [m.name for m in mutants if m.status in want and m.name not in equivalent]
 
 
 def mutmut(names: list[str], workers: int, env: dict[str, str]) -> int:
