@@ -482,3 +482,13 @@ def test_a_move_on_a_built_table_changes_only_its_slots(
     table = apply_moves(table, [_move(s, e, "a", after)], False)
     assert len(table) == TABLE_SIZE
     assert _runs(table) == runs
+
+
+def test_a_move_over_every_slot_makes_a_new_table_and_leaves_the_old_one() -> None:
+    old = apply_moves(EMPTY_TABLE, [_move(0, 9, None, "a")], False)
+    kept = list(old)
+    new = apply_moves(old, [_move(0, END, "a", "b")], False)
+    assert new is not old and list(old) == kept
+    assert _runs(new) == [(0, END, "b")]
+    # A smaller move changes the list in place.
+    assert apply_moves(new, [_move(3, 3, "b", "c")], False) is new
