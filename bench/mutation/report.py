@@ -96,8 +96,9 @@ def column(m: Mutant, equiv: dict[str, str], closed: dict[str, str]) -> str:
     st = m.status
     if st in ("survived", "no tests") and m.name in closed:
         return "closed"
-    if st in ("survived", "no tests") and m.name in equiv:
-        # Equivalent whether or not a selected test calls the function.
+    if st in ("survived", "no tests", "not run") and m.name in equiv:
+        # Equivalent whether or not a selected test calls the function; run.py does not run
+        # a mutant already listed (it would survive, at the cost of every test calling it).
         return "equivalent"
     if st in COLUMNS:
         return st

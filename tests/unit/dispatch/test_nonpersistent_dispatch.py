@@ -354,3 +354,60 @@ def test_an_idle_topic_is_forgotten_and_a_reader_subscription_goes_with_its_cons
     c.subscription.remove_consumer(c)
     assert not topic.subscriptions
     assert registry.loaded(topic.name) is None
+
+
+# --- what make mutate found unpinned (bench/results/mutation/report.md) -------------------------
+def test_a_closed_dispatcher_drops_and_counts_every_message() -> None:
+    t = FakeTransport()
+    for d in (SharedDispatcher(), key_shared(), SingleActiveDispatcher(SubType.Failover, -1)):
+        sub_type = d.sub_type
+        d.add_consumer(consumer("a", 100, t, sub_type=sub_type))
+        d.close()
+        assert d.dispatch(ENTRY, meta(messages=3)) is None
+        assert d.msg_drop_counter == 3
+    assert not t.sent
+
+
+def test_a_single_active_dispatcher_without_a_consumer_drops() -> None:
+    d = SingleActiveDispatcher(SubType.Exclusive, -1)
+    assert d.active is None
+    assert d.dispatch(ENTRY, meta()) is None and d.msg_drop_counter == 1
+
+
+def test_exclusive_refusal_says_a_consumer_is_connected() -> None:
+    t = FakeTransport()
+    d = SingleActiveDispatcher(SubType.Exclusive, -1)
+    d.add_consumer(consumer("a", 1, t, sub_type=SubType.Exclusive))
+    with pytest.raises(BrokerError) as err:
+        d.add_consumer(consumer("b", 1, t, sub_type=SubType.Exclusive))
+    assert err.value.message == "Exclusive consumer is already connected"
+
+
+def test_failover_tells_a_joiner_that_does_not_take_over_that_it_is_inactive() -> None:
+    t = FakeTransport()
+    d = SingleActiveDispatcher(SubType.Failover, -1)
+    d.add_consumer(consumer("a", 1, t, sub_type=SubType.Failover))
+    d.add_consumer(consumer("b", 1, t, sub_type=SubType.Failover))
+    assert t.active == [("a", True), ("b", False)]
+
+
+def test_a_dispatcher_fits_consumers_of_its_type_only() -> None:
+    t = FakeTransport()
+    d = SharedDispatcher()
+    assert d.fits(consumer("s", 1, t))
+    assert not d.fits(consumer("f", 1, t, sub_type=SubType.Failover))
+
+
+def test_key_shared_stats_show_the_mode_and_each_consumers_ranges() -> None:
+    t = FakeTransport()
+    d = key_shared("STICKY")
+    c = consumer("c", 1, t, sub_type=SubType.Key_Shared, mode="STICKY", ranges=[(0, 9), (20, 29)])
+    d.add_consumer(c)
+    assert d.stats() == {"keySharedMode": "STICKY"}
+    assert d.consumer_stats(c) == {
+        "keyHashRangeArrays": [[0, 9], [20, 29]],
+        "keyHashRanges": ["[0, 9]", "[20, 29]"],
+    }
+    other = consumer("o", 1, t, sub_type=SubType.Key_Shared, mode="STICKY", ranges=[(40, 49)])
+    assert d.consumer_stats(other) == {"keyHashRangeArrays": [], "keyHashRanges": []}
+    assert SharedDispatcher().stats() == {} and SharedDispatcher().consumer_stats(c) == {}

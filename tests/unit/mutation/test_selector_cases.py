@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -20,6 +21,7 @@ from keyshared.broker.dispatch.selectors import (
     selector_for,
 )
 from keyshared.broker.dispatch.selectors.ranges import check_assignments
+from keyshared.broker.dispatch.selectors.table import EMPTY_TABLE, TABLE_SIZE, apply_moves
 from keyshared.config import BrokerConfig
 
 
@@ -412,3 +414,81 @@ def test_check_assignments_names_what_is_wrong(
 
 def test_check_assignments_accepts_sorted_disjoint_ranges() -> None:
     check_assignments([(0, 0, _A), (1, 5, _B), (7, 7, _A)])
+
+
+# --- the slot table -------------------------------------------------------------------------
+
+
+_OWNERS = {name: Consumer(name) for name in "abc"}
+
+
+def _move(start: int, end: int, before: str | None, after: str | None) -> RangeMove[Consumer]:
+    """A move between the consumers of ``_OWNERS`` named ``before`` and ``after``."""
+    owner = _OWNERS.get
+    return RangeMove(start, end, owner(before) if before else None, owner(after) if after else None)
+
+
+def _runs(table: Sequence[Consumer | None]) -> list[tuple[int, int, str | None]]:
+    """The table as maximal runs of one owner, by name."""
+    runs: list[tuple[int, int, str | None]] = []
+    for slot, consumer in enumerate(table):
+        owner = consumer.consumer_name if consumer is not None else None
+        if runs and runs[-1][2] == owner and runs[-1][1] == slot - 1:
+            runs[-1] = (runs[-1][0], slot, owner)
+        else:
+            runs.append((slot, slot, owner))
+    return runs
+
+
+END = TABLE_SIZE - 1
+
+
+@pytest.mark.parametrize(
+    ("moves", "runs"),
+    [
+        ([(0, 5, "a")], [(0, 5, "a"), (6, END, None)]),
+        ([(1, END, "a")], [(0, 0, None), (1, END, "a")]),
+        ([(0, END - 1, "a")], [(0, END - 1, "a"), (END, END, None)]),
+        ([(0, END, "a"), (5, 5, "b")], [(0, 4, "a"), (5, 5, "b"), (6, END, "a")]),
+        ([(5, 9, "a"), (5, 9, None)], [(0, END, None)]),
+        (
+            [(20, END + 1, "c"), (0, 4, "a"), (5, 9, "b")],
+            [(0, 4, "a"), (5, 9, "b"), (10, 19, None), (20, END, "c")],
+        ),
+    ],
+)
+def test_a_table_built_from_nothing_holds_exactly_the_moves(
+    moves: list[tuple[int, int, str | None]], runs: list[tuple[int, int, str | None]]
+) -> None:
+    table = apply_moves(EMPTY_TABLE, [_move(s, e, None, a) for s, e, a in moves], False)
+    assert len(table) == TABLE_SIZE
+    assert _runs(table) == runs
+
+
+@pytest.mark.parametrize(
+    ("move", "runs"),
+    [
+        ((1, END, "b"), [(0, 0, "a"), (1, END, "b")]),
+        ((0, END - 1, "b"), [(0, END - 1, "b"), (END, END, "a")]),
+        ((0, END + 1, "b"), [(0, END, "b")]),
+        ((3, 3, "b"), [(0, 2, "a"), (3, 3, "b"), (4, END, "a")]),
+    ],
+)
+def test_a_move_on_a_built_table_changes_only_its_slots(
+    move: tuple[int, int, str], runs: list[tuple[int, int, str | None]]
+) -> None:
+    table = apply_moves(EMPTY_TABLE, [_move(0, END, None, "a")], False)
+    s, e, after = move
+    table = apply_moves(table, [_move(s, e, "a", after)], False)
+    assert len(table) == TABLE_SIZE
+    assert _runs(table) == runs
+
+
+def test_a_move_over_every_slot_makes_a_new_table_and_leaves_the_old_one() -> None:
+    old = apply_moves(EMPTY_TABLE, [_move(0, 9, None, "a")], False)
+    kept = list(old)
+    new = apply_moves(old, [_move(0, END, "a", "b")], False)
+    assert new is not old and list(old) == kept
+    assert _runs(new) == [(0, END, "b")]
+    # A smaller move changes the list in place.
+    assert apply_moves(new, [_move(3, 3, "b", "c")], False) is new
