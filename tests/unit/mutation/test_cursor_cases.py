@@ -642,3 +642,24 @@ def test_no_more_entries_when_all_after_the_read_position_are_acked() -> None:
     assert c.has_more_entries()  # 1:0
     c.seek(P(1, 1))
     assert not c.has_more_entries()
+
+
+def test_replay_reads_in_flight_are_counted_each() -> None:
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(4)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        first = asyncio.ensure_future(c.replay_entries([P(1, 0)]))
+        second = asyncio.ensure_future(c.replay_entries([P(1, 2)]))
+        await _ticks()
+        assert c.pending_replay_reads == 2
+        assert c.internal_stats()["pendingReadOps"] == 2
+        reader.complete(0)
+        await first
+        assert c.pending_replay_reads == 1
+        reader.complete_all()
+        await second
+        assert c.pending_replay_reads == 0
+
+    asyncio.run(go())
