@@ -663,3 +663,21 @@ def test_replay_reads_in_flight_are_counted_each() -> None:
         assert c.pending_replay_reads == 0
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        [P(1, 1), P(1, 2)],  # one run of two
+        [P(1, 0), P(1, 1), P(1, 5)],  # a run of two, then one apart
+        [P(1, 0), P(1, 5), P(1, 8)],  # three apart: no run at all
+    ],
+)
+def test_a_replay_reads_runs_of_consecutive_entries_and_gives_exactly_those_asked(
+    wanted: list[Position],
+) -> None:
+    async def go() -> list[Position]:
+        _, c = cursor_over(10)
+        return [e.position for e in await c.replay_entries(wanted)]
+
+    assert asyncio.run(go()) == wanted
