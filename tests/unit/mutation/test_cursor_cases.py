@@ -689,6 +689,7 @@ def test_a_new_cursor_is_open_clean_and_has_persisted_nothing(durable: bool) -> 
     assert c.durable is durable
     assert c.closed is False and c.is_dirty is False
     assert c.last_persist_time == float("-inf") and c.persist_count == 0
+    assert c.persist_failing is False
     assert c.last_persisted_mark_delete is None
     assert (c.last_persisted_range_count, c.last_persisted_total_ranges) == (0, 0)
     assert (c.last_persisted_batch_count, c.last_persisted_bytes) == (0, 0)
