@@ -139,8 +139,10 @@ def main() -> int:
     for module in MODULES:
         mutants = load(module)
         rec = earlier.get(module)
-        if rec is not None and all(m.code is None for m in mutants):
-            # Not run here: the earlier run's figures, its survivors, its closed and equivalents.
+        ran_here = sum(1 for m in mutants if m.code is not None)
+        if rec is not None and ran_here < rec[1]["mutants"] - rec[1]["not run"]:
+            # Not run here, or less of it than the earlier run did: that run's figures, its
+            # survivors, its closed and equivalents.
             run, row, survived = rec
             rows[module] = row
             from_earlier[module] = run
@@ -199,7 +201,8 @@ def main() -> int:
     out.append("")
     for module, run in from_earlier.items():
         out.append(
-            f"† {module.removeprefix('keyshared.')}: not run by this run; the figures of {run}."
+            f"† {module.removeprefix('keyshared.')}: run less far by this run than by an earlier "
+            f"one, or not at all; the figures of {run}."
         )
     if from_earlier:
         out.append("")

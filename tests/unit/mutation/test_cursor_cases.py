@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -567,3 +568,128 @@ def test_a_waiting_read_whose_entries_were_acked_meanwhile_waits_on() -> None:
         assert [e.position for e in result.entries] == [P(1, 1)] and not result.stale
 
     asyncio.run(go())
+
+
+def _two_batch_read(ack: Callable[[ManagedCursor], object]) -> list[Position]:
+    """A read of up to 4 over 1:0 and 1:1 whose first batch is answered before 1:2 is added, so
+    it reads a second batch; ``ack`` runs while that one is out. Returns what the read gave."""
+
+    async def go() -> list[Position]:
+        ledger = InMemoryLedger()
+        ledger.add_entries(2)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries(4))
+        await _ticks()
+        assert reader.complete_all() == 1
+        ledger.add_entries(1)
+        await _ticks()
+        ack(c)
+        assert reader.complete_all() == 1
+        return [e.position for e in (await read).entries]
+
+    return asyncio.run(go())
+
+
+def test_an_entry_of_an_earlier_batch_acked_during_a_later_one_is_not_returned() -> None:
+    assert _two_batch_read(lambda c: c.ack_individual([P(1, 1)])) == [P(1, 0), P(1, 2)]
+
+
+def test_an_entry_of_an_earlier_batch_the_mark_delete_passed_during_a_later_one_is_not_returned() -> (
+    None
+):
+    assert _two_batch_read(lambda c: c.ack_cumulative(P(1, 0))) == [P(1, 1), P(1, 2)]
+
+
+def test_a_batch_the_mark_delete_moved_into_while_it_was_read_gives_what_is_after() -> None:
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(3)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries(3))
+        await _ticks()
+        c.ack_cumulative(P(1, 0))
+        reader.complete_all()
+        assert [e.position for e in (await read).entries] == [P(1, 1), P(1, 2)]
+
+    asyncio.run(go())
+
+
+def test_a_read_whose_ledger_was_trimmed_while_it_was_out_returns_nothing() -> None:
+    # The last entry, in a ledger since rolled over: acked and trimmed while the read of it was
+    # out, the read finds nothing there and returns empty.
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(1)
+        ledger.roll_ledger()
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        read = asyncio.ensure_future(c.read_entries(1))
+        await _ticks()
+        c.ack_cumulative(P(1, 0))
+        ledger.trim(P(1, 0))
+        assert reader.complete_all() == 1
+        result = await read
+        assert result.entries == [] and not result.stale
+
+    asyncio.run(go())
+
+
+def test_no_more_entries_when_all_after_the_read_position_are_acked() -> None:
+    _, c = cursor_over(3)
+    c.ack_individual([P(1, 1), P(1, 2)])
+    assert c.has_more_entries()  # 1:0
+    c.seek(P(1, 1))
+    assert not c.has_more_entries()
+
+
+def test_replay_reads_in_flight_are_counted_each() -> None:
+    async def go() -> None:
+        ledger = InMemoryLedger()
+        ledger.add_entries(4)
+        reader = ControlledReader(ledger)
+        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        first = asyncio.ensure_future(c.replay_entries([P(1, 0)]))
+        second = asyncio.ensure_future(c.replay_entries([P(1, 2)]))
+        await _ticks()
+        assert c.pending_replay_reads == 2
+        assert c.internal_stats()["pendingReadOps"] == 2
+        reader.complete(0)
+        await first
+        assert c.pending_replay_reads == 1
+        reader.complete_all()
+        await second
+        assert c.pending_replay_reads == 0
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        [P(1, 1), P(1, 2)],  # one run of two
+        [P(1, 0), P(1, 1), P(1, 5)],  # a run of two, then one apart
+        [P(1, 0), P(1, 5), P(1, 8)],  # three apart: no run at all
+    ],
+)
+def test_a_replay_reads_runs_of_consecutive_entries_and_gives_exactly_those_asked(
+    wanted: list[Position],
+) -> None:
+    async def go() -> list[Position]:
+        _, c = cursor_over(10)
+        return [e.position for e in await c.replay_entries(wanted)]
+
+    assert asyncio.run(go()) == wanted
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_new_cursor_is_open_clean_and_has_persisted_nothing(durable: bool) -> None:
+    c = ManagedCursor("c", InMemoryLedger(), None, durable=durable, initial_position=EARLIEST)
+    assert c.durable is durable
+    assert c.closed is False and c.is_dirty is False
+    assert c.last_persist_time == float("-inf") and c.persist_count == 0
+    assert c.persist_failing is False
+    assert c.last_persisted_mark_delete is None
+    assert (c.last_persisted_range_count, c.last_persisted_total_ranges) == (0, 0)
+    assert (c.last_persisted_batch_count, c.last_persisted_bytes) == (0, 0)
