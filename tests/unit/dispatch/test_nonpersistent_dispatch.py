@@ -411,3 +411,32 @@ def test_key_shared_stats_show_the_mode_and_each_consumers_ranges() -> None:
     other = consumer("o", 1, t, sub_type=SubType.Key_Shared, mode="STICKY", ranges=[(40, 49)])
     assert d.consumer_stats(other) == {"keyHashRangeArrays": [], "keyHashRanges": []}
     assert SharedDispatcher().stats() == {} and SharedDispatcher().consumer_stats(c) == {}
+
+
+def test_shared_round_robin_goes_to_the_next_consumer_each_time() -> None:
+    t = FakeTransport()
+    d = SharedDispatcher()
+    for n in ("a", "b", "c"):
+        d.add_consumer(consumer(n, 10, t))
+    for _ in range(7):
+        d.dispatch(ENTRY, meta())
+    assert receivers(t) == ["a", "b", "c", "a", "b", "c", "a"]
+
+
+def test_key_shared_refusals_say_why() -> None:
+    t = FakeTransport()
+    d = key_shared()
+    d.add_consumer(consumer("c1", 1, t, sub_type=SubType.Key_Shared))
+    sticky = consumer("c2", 1, t, sub_type=SubType.Key_Shared, mode="STICKY", ranges=[(0, 9)])
+    with pytest.raises(BrokerError) as err:
+        d.add_consumer(sticky)
+    assert err.value.message == (
+        "Subscription is of key_shared mode AUTO_SPLIT, cannot attach a STICKY consumer"
+    )
+    s = key_shared("STICKY")
+    s.add_consumer(sticky)
+    with pytest.raises(BrokerError) as err:
+        s.add_consumer(
+            consumer("c3", 1, t, sub_type=SubType.Key_Shared, mode="STICKY", ranges=[(5, 6)])
+        )
+    assert err.value.message == "Range conflict with consumer c2"

@@ -18,6 +18,7 @@ from keyshared.broker.dispatch.selectors import (
     RangeMove,
     RemovedHashRanges,
     create_selector,
+    merge_ranges,
     selector_for,
 )
 from keyshared.broker.dispatch.selectors.ranges import check_assignments
@@ -492,3 +493,30 @@ def test_a_move_over_every_slot_makes_a_new_table_and_leaves_the_old_one() -> No
     assert _runs(new) == [(0, END, "b")]
     # A smaller move changes the list in place.
     assert apply_moves(new, [_move(3, 3, "b", "c")], False) is new
+
+
+def test_a_point_on_the_last_slot_ends_the_ring_without_a_wrapped_tail() -> None:
+    # With 10 points: "edge6681" has a point on 65535, "edge3658" one on 1 (the first point).
+    selector = Consistent(10)
+    last, first = Consumer("edge6681"), Consumer("edge3658")
+    selector.add_consumer(last)
+    selector.add_consumer(first)
+    assignments = selector.get_assignments()
+    assert assignments[0][:2] == (1, 1) and assignments[0][2] is first
+    assert assignments[-1][1:] == (65535, last)
+    assert all(s <= e <= 65535 for s, e, _ in assignments)
+
+
+def test_merge_ranges_keeps_a_one_slot_gap() -> None:
+    assert merge_ranges([(6, 9), (0, 4)]) == [(0, 4), (6, 9)]
+    assert merge_ranges([(0, 4), (5, 9), (2, 3)]) == [(0, 9)]
+
+
+def test_sticky_conflict_past_the_first_range_names_the_next_consumer() -> None:
+    selector = Exclusive()
+    a, b, c = Consumer("a"), Consumer("b"), Consumer("c")
+    selector.add_consumer(a, [(10, 20)])
+    selector.add_consumer(b, [(30, 40)])
+    selector.add_consumer(c, [(50, 60)])
+    assert selector.find_conflicting_consumer([(21, 30)]) is b
+    assert selector.find_conflicting_consumer([(41, 55)]) is c
