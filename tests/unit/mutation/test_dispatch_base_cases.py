@@ -7,11 +7,12 @@ import asyncio
 
 import pytest
 
-from keyshared.broker.consumer import SubType
+from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dispatch.base import Backoff, LoopScheduler
 from keyshared.broker.subscription import AckItem
 from keyshared.broker.throttle import DispatchThrottle, Rate, SharedDispatchLimiters
 from keyshared.config import BrokerConfig
+from keyshared.storage.position import Position
 from tests.sim.world import payload
 from tests.unit.mutation.ks_harness import Harness
 
@@ -147,6 +148,26 @@ def test_a_redelivered_entry_goes_out_with_its_redelivery_count() -> None:
         h.close()
 
 
+def _throttle_messages(h: Harness, msgs: int) -> DispatchThrottle:
+    """Give ``h``'s subscription a dispatch throttle of ``msgs`` messages a second (no byte
+    limit) on the harness's virtual clock."""
+    clock = h.loop.time
+    throttle = DispatchThrottle(
+        clock, lambda: (Rate(msgs=msgs), Rate()), SharedDispatchLimiters(clock), "sim"
+    )
+    h.sub.dispatch_throttle = throttle
+    return throttle
+
+
+def _redeliver_with_indexes_1_and_2_acked(h: Harness, c0: Consumer, batch: Position) -> None:
+    """Ack indexes 1 and 2 of the three-message ``batch`` ``c0`` holds, then redeliver it."""
+    h.sub.acknowledge(c0, False, [AckItem(batch, [0b110])])
+    disp = h.sub.dispatcher
+    assert disp is not None
+    disp.redeliver(c0, None)
+    h.settle()
+
+
 def test_indexes_acked_before_a_send_are_not_counted_as_sent() -> None:
     h = Harness(sub_type=SubType.Exclusive)
     try:
@@ -155,11 +176,7 @@ def test_indexes_acked_before_a_send_are_not_counted_as_sent() -> None:
         (batch,) = h.publish("k", batch=3)
         # One entry of three messages: the average moves a tenth of the way to 3.
         assert c0.avg_messages_per_entry == pytest.approx(0.9 * before + 0.3)
-        h.sub.acknowledge(c0, False, [AckItem(batch, [0b110])])
-        disp = h.sub.dispatcher
-        assert disp is not None
-        disp.redeliver(c0, None)
-        h.settle()
+        _redeliver_with_indexes_1_and_2_acked(h, c0, batch)
         assert [m.ack_set for m in h.sent["c0"]] == [None, [0b110]]
         # Sent again with index 0 acked: two messages go out, not three.
         assert c0.msg_out_counter == 5 and h.topic.msg_out_counter == 5
@@ -170,10 +187,7 @@ def test_indexes_acked_before_a_send_are_not_counted_as_sent() -> None:
 def test_a_read_within_the_limits_arms_no_retry_and_a_cancelled_read_is_ignored() -> None:
     h = Harness(sub_type=SubType.Shared)
     try:
-        clock = h.loop.time
-        h.sub.dispatch_throttle = DispatchThrottle(
-            clock, lambda: (Rate(msgs=5), Rate()), SharedDispatchLimiters(clock), "sim"
-        )
+        _throttle_messages(h, 5)
         h.join("c0", 0)
         disp = h.sub.dispatcher
         assert disp is not None
@@ -190,19 +204,11 @@ def test_a_read_within_the_limits_arms_no_retry_and_a_cancelled_read_is_ignored(
 def test_indexes_acked_before_a_send_are_not_counted_against_the_dispatch_rate() -> None:
     h = Harness(sub_type=SubType.Exclusive)
     try:
-        clock = h.loop.time
-        throttle = DispatchThrottle(
-            clock, lambda: (Rate(msgs=100), Rate()), SharedDispatchLimiters(clock), "sim"
-        )
-        h.sub.dispatch_throttle = throttle
+        throttle = _throttle_messages(h, 100)
         c0 = h.join("c0", 10)
         (batch,) = h.publish("k", batch=3)
         assert throttle.budget(1000) == 97
-        h.sub.acknowledge(c0, False, [AckItem(batch, [0b110])])
-        disp = h.sub.dispatcher
-        assert disp is not None
-        disp.redeliver(c0, None)
-        h.settle()
+        _redeliver_with_indexes_1_and_2_acked(h, c0, batch)
         # Sent again with index 0 acked: two messages more, not three or four.
         assert throttle.budget(1000) == 95
     finally:
