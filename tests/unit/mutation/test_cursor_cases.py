@@ -112,10 +112,7 @@ def test_closing_a_cursor_whose_read_waits_stops_listening() -> None:
 
 def test_internal_stats_count_reads_in_flight_and_waiting() -> None:
     async def go() -> None:
-        ledger = InMemoryLedger()
-        ledger.add_entries(4)
-        reader = ControlledReader(ledger)
-        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        _, reader, c = _cursor_over(4)
         read = asyncio.ensure_future(c.read_entries(2))
         replay = asyncio.ensure_future(c.replay_entries([P(1, 0)]))
         await asyncio.sleep(0)
@@ -498,10 +495,7 @@ def test_a_skip_counts_what_it_skips_and_saves_at_once() -> None:
 
 def test_a_stale_or_cancelled_read_gives_an_empty_list() -> None:
     async def go() -> None:
-        ledger = InMemoryLedger()
-        ledger.add_entries(4)
-        reader = ControlledReader(ledger)
-        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        _, reader, c = _cursor_over(4)
         read = asyncio.ensure_future(c.read_entries(2))
         await asyncio.sleep(0)
         c.seek(P(1, 2))
@@ -542,6 +536,19 @@ def test_a_cancelled_wait_ending_leaves_the_listener_to_the_read_waiting_after_i
     asyncio.run(go())
 
 
+def _cursor_over(entries: int) -> tuple[InMemoryLedger, ControlledReader, ManagedCursor]:
+    """A non-durable cursor from the earliest of a new ledger of ``entries`` entries, whose
+    reads wait until the test completes them."""
+    ledger = InMemoryLedger()
+    ledger.add_entries(entries)
+    reader = ControlledReader(ledger)
+    return (
+        ledger,
+        reader,
+        ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST),
+    )
+
+
 async def _ticks(n: int = 5) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -551,10 +558,7 @@ def test_a_waiting_read_whose_entries_were_acked_meanwhile_waits_on() -> None:
     # Everything it read was acked while the read was out: a waiting read has nothing to give
     # yet, so it waits for the next entry rather than returning empty.
     async def go() -> None:
-        ledger = InMemoryLedger()
-        ledger.add_entries(1)
-        reader = ControlledReader(ledger)
-        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        ledger, reader, c = _cursor_over(1)
         read = asyncio.ensure_future(c.read_entries_or_wait(1))
         await _ticks()
         c.ack_individual([P(1, 0)])
@@ -575,10 +579,7 @@ def _two_batch_read(ack: Callable[[ManagedCursor], object]) -> list[Position]:
     it reads a second batch; ``ack`` runs while that one is out. Returns what the read gave."""
 
     async def go() -> list[Position]:
-        ledger = InMemoryLedger()
-        ledger.add_entries(2)
-        reader = ControlledReader(ledger)
-        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        ledger, reader, c = _cursor_over(2)
         read = asyncio.ensure_future(c.read_entries(4))
         await _ticks()
         assert reader.complete_all() == 1
@@ -603,10 +604,7 @@ def test_an_entry_of_an_earlier_batch_the_mark_delete_passed_during_a_later_one_
 
 def test_a_batch_the_mark_delete_moved_into_while_it_was_read_gives_what_is_after() -> None:
     async def go() -> None:
-        ledger = InMemoryLedger()
-        ledger.add_entries(3)
-        reader = ControlledReader(ledger)
-        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        _, reader, c = _cursor_over(3)
         read = asyncio.ensure_future(c.read_entries(3))
         await _ticks()
         c.ack_cumulative(P(1, 0))
@@ -646,10 +644,7 @@ def test_no_more_entries_when_all_after_the_read_position_are_acked() -> None:
 
 def test_replay_reads_in_flight_are_counted_each() -> None:
     async def go() -> None:
-        ledger = InMemoryLedger()
-        ledger.add_entries(4)
-        reader = ControlledReader(ledger)
-        c = ManagedCursor("c", reader, None, durable=False, initial_position=EARLIEST)
+        _, reader, c = _cursor_over(4)
         first = asyncio.ensure_future(c.replay_entries([P(1, 0)]))
         second = asyncio.ensure_future(c.replay_entries([P(1, 2)]))
         await _ticks()
