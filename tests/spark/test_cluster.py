@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.broker_process import BrokerProcess
-from tests.spark.conftest import admin_path, produce
+from tests.spark.conftest import admin_path, jvm_env, produce
 from tests.spark.stream_job import start_copy
 from tests.spark.test_stream import check_exact_copy, read_topic
 
@@ -53,12 +53,14 @@ class Cluster:
 
         self.home = Path(pyspark.__file__).parent
         self.root = root
-        self.env = dict(
-            os.environ,
-            SPARK_HOME=str(self.home),
-            SPARK_LOCAL_IP="127.0.0.1",
-            PYSPARK_PYTHON=sys.executable,
-            PYSPARK_DRIVER_PYTHON=sys.executable,
+        self.env = jvm_env(
+            dict(
+                os.environ,
+                SPARK_HOME=str(self.home),
+                SPARK_LOCAL_IP="127.0.0.1",
+                PYSPARK_PYTHON=sys.executable,
+                PYSPARK_DRIVER_PYTHON=sys.executable,
+            )
         )
         self.port, self.ui = _free_port(), _free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
