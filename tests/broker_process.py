@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,8 +18,52 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# Attempts of a first start whose chosen ports another process took between the check and the bind.
+_FIRST_START_TRIES = 5
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out for outgoing connections and binds to port 0."""
+    try:
+        return int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def listen_ports(count: int = 2) -> list[int]:
+    """``count`` loopback ports that are free now and below the kernel's ephemeral range.
+
+    A restarted broker binds its old ports again. Had they come from port 0 (the ephemeral
+    range), any client connecting anywhere in the meantime could have been given one as its
+    source port, and the restart fails with "Address already in use" through no fault of the
+    broker (seen under three pytest workers). Below the range only another such choice can
+    take them; 0 (the kernel's choice) when the range leaves no room below it.
+    """
+    low = _ephemeral_low()
+    if low <= 10_000 + 1_000:
+        return [0] * count
+    rng = random.Random(os.urandom(8))
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(10_000, low)
+        if port in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
 _READY = re.compile(r"broker service: pulsar://([^:/\s]+):(\d+)")
 _WEB = re.compile(r"web service:\s+http://([^:/\s]+):(\d+)")
+
+
+class PortTaken(RuntimeError):
+    """The broker could not bind a port it was given."""
 
 
 class BrokerProcess:
@@ -51,11 +97,24 @@ class BrokerProcess:
         return f"http://127.0.0.1:{self.web_port}"
 
     def start(self, timeout: float = 20.0, *, same_ports: bool = False) -> BrokerProcess:
-        """Start the broker and wait until it prints where it listens."""
+        """Start the broker and wait until it prints where it listens.
+
+        A first start listens on ports from :func:`listen_ports` (tried again on others if one
+        was taken meanwhile); ``same_ports`` binds the ports of the last start again."""
+        if same_ports:
+            return self._start(self.port, self.web_port, timeout)
+        for attempt in range(_FIRST_START_TRIES):
+            port, web_port = listen_ports(2)
+            try:
+                return self._start(port, web_port, timeout)
+            except PortTaken:
+                if attempt == _FIRST_START_TRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self, port: int, web_port: int, timeout: float) -> BrokerProcess:
         conf_path = self.root / "broker.conf"
         conf_path.write_text("".join(f"{k}={v}\n" for k, v in self.conf.items()))
-        port = self.port if same_ports else 0
-        web_port = self.web_port if same_ports else 0
         self.starts += 1
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         log.write(f"\n===== start {self.starts} =====\n".encode())
@@ -96,7 +155,8 @@ class BrokerProcess:
                 self.web_port = int(w.group(2))
                 return self
             if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{text}")
+                error = PortTaken if "Address already in use" in text else RuntimeError
+                raise error(f"broker exited with {self.proc.returncode}:\n{text}")
             time.sleep(0.02)
         self.kill()
         raise TimeoutError(f"broker did not start in {timeout}s:\n{self.log()}")
