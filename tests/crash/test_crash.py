@@ -80,6 +80,9 @@ def test_confirmed_messages_survive_sigkill_mid_load(
     print(f"confirmed {len(confirmed)}, stored {sum(len(v) for v in read.values())}")
 
 
+# 17 rounds, each auditing every round before it: 60-75 s on a quiet 2-core machine, past 120 s
+# once in a suite run on three workers.
+@pytest.mark.timeout(300)
 def test_repeated_sigkill_under_heavy_load_keeps_every_confirmed_message(
     crash_broker: BrokerProcess, crash_seed: int, crash_rounds: int, tmp_path: Path
 ) -> None:
