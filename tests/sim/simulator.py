@@ -856,6 +856,8 @@ class Simulation:
         A consumer is blocked from the send that brings it to maxUnackedMessagesPerConsumer
         until it holds half of it or less; the subscription from the step after which its
         consumers hold maxUnackedMessagesPerSubscription until they hold less than half."""
+        if not (c.blocked or self.sub_blocked):
+            return
         what = " ".join(str(m.entry.position) for m in messages)
         if c.blocked:
             raise Violation(
