@@ -36,7 +36,7 @@ BROKER_CONF = {
 # driver and executor) compiles with C1 only and collects with the serial collector. The jobs
 # are seconds of small data, where C2's compile threads and the parallel collector's threads
 # only take the CPU from everything else on two cores: 31 % less CPU for this directory run
-# alone (283 s to 196 s, 179 s to 157 s wall). `JDK_JAVA_OPTIONS` reaches every `java` launch,
+# alone (283 s to 192 s, 179 s to 151 s wall). `JDK_JAVA_OPTIONS` reaches every `java` launch,
 # also those that spark-submit and the standalone daemons make.
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 M = TypeVar("M", bound=MutableMapping[str, str])
