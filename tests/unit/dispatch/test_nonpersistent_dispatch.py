@@ -7,13 +7,12 @@ kept for later.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from keyshared.broker.consumer import Consumer, KeySharedMeta, OutboundMessage, SubType
+from keyshared.broker.consumer import Consumer, SubType
 from keyshared.broker.dispatch.base import LoopScheduler
 from keyshared.broker.dispatch.nonpersistent import (
     KeySharedDispatcher,
@@ -22,74 +21,19 @@ from keyshared.broker.dispatch.nonpersistent import (
     new_dispatcher,
     pick_active,
 )
-from keyshared.broker.entry_meta import EntryMeta, parse_entry_meta
+from keyshared.broker.entry_meta import parse_entry_meta
 from keyshared.broker.errors import BrokerError, ServerError
-from keyshared.broker.nonpersistent_topic import MESSAGE_ID, NonPersistentTopic, NonPersistentTopics
+from keyshared.broker.nonpersistent_topic import NonPersistentTopic, NonPersistentTopics
 from keyshared.broker.policies import PolicyService
 from keyshared.broker.rate_limits import BrokerRateLimits
 from keyshared.broker.topic import Producer
 from keyshared.broker.topic_name import TopicName
 from keyshared.config import BrokerConfig
-from keyshared.protocol import pb, sticky_key_hash
+from keyshared.protocol import pb
 from keyshared.protocol.metadata import encode_payload_section
-from keyshared.storage.entry import Entry
 from keyshared.storage.metadata import MetadataStore
 from keyshared.storage.position import Position
-
-
-class FakeTransport:
-    """Records what the dispatcher writes; writability can be switched off."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[Consumer, bytes]] = []
-        self.active: list[tuple[str, bool]] = []
-        self.writable = True
-
-    def send_messages(self, consumer: Consumer, messages: Sequence[OutboundMessage]) -> None:
-        self.sent += [(consumer, m.entry.data) for m in messages]
-
-    def close_consumer(self, consumer: Consumer) -> None:
-        pass
-
-    def active_consumer_change(self, consumer: Consumer, is_active: bool) -> None:
-        self.active.append((consumer.consumer_name, is_active))
-
-    def is_writable(self) -> bool:
-        return self.writable
-
-    address = "/127.0.0.1:1"
-    client_version = "test"
-
-
-def consumer(
-    name: str,
-    permits: int,
-    transport: FakeTransport,
-    *,
-    sub_type: SubType = SubType.Shared,
-    priority: int = 0,
-    mode: str = "AUTO_SPLIT",
-    ranges: list[tuple[int, int]] | None = None,
-) -> Consumer:
-    ksm = KeySharedMeta(mode=mode, ranges=ranges or []) if sub_type is SubType.Key_Shared else None
-    c = Consumer(
-        consumer_id=hash(name) & 0xFFFF,
-        consumer_name=name,
-        subscription=SimpleNamespace(),  # type: ignore[arg-type]
-        sub_type=sub_type,
-        transport=transport,
-        priority_level=priority,
-        key_shared_meta=ksm,
-    )
-    c.add_permits(permits)
-    return c
-
-
-def meta(key: str = "k", messages: int = 1) -> EntryMeta:
-    return EntryMeta(messages, sticky_key_hash(key.encode()), 0, 0, 0)
-
-
-ENTRY = Entry(MESSAGE_ID, b"x", 0)
+from tests.unit.dispatch.nonpersistent_support import ENTRY, FakeTransport, consumer, meta
 
 
 def receivers(t: FakeTransport) -> list[str]:
