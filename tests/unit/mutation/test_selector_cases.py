@@ -183,6 +183,37 @@ def test_autosplit_top_leaver_hands_its_range_down_and_the_bound_moves_with_it()
     assert selector.get_assignments() == [] and selector.select(5) is None
 
 
+def test_a_joiner_splits_the_biggest_range_even_after_a_leave_left_them_uneven() -> None:
+    # Pulsar's findBiggestRange measures each range as its bound less the bound below and keeps
+    # the first biggest; a leave hands the range to the consumer above, so sizes are uneven.
+    selector = AutoSplit()
+    c = {n: Consumer(n) for n in ("c1", "c2", "c3", "c4", "c5", "c6")}
+
+    def by_name() -> dict[str, list[tuple[int, int]]]:
+        ranges = selector.get_consumer_key_hash_ranges().items()
+        return {k.consumer_name: v for k, v in ranges}
+
+    for n in ("c1", "c2", "c3", "c4", "c5"):
+        selector.add_consumer(c[n])
+    selector.remove_consumer(c["c4"])  # its (32768, 49152] goes to c1, the range above
+    assert by_name() == {
+        "c5": [(0, 8192)],
+        "c3": [(8193, 16384)],
+        "c2": [(16385, 32768)],
+        "c1": [(32769, 65536)],
+    }
+    # Sizes by bound: 8192, 8192, 16384, 32768: c1's range is the biggest, and c6 takes its
+    # lower half.
+    selector.add_consumer(c["c6"])
+    assert by_name() == {
+        "c5": [(0, 8192)],
+        "c3": [(8193, 16384)],
+        "c2": [(16385, 32768)],
+        "c6": [(32769, 49152)],
+        "c1": [(49153, 65536)],
+    }
+
+
 # --- sticky (exclusive) ---------------------------------------------------------------------
 
 
