@@ -58,6 +58,19 @@ def listen_ports(count: int = 2) -> list[int]:
     return ports
 
 
+def free_port() -> int:
+    """One loopback port free now: for ports a test hands out itself (TLS listeners, which have
+    no ``0`` option; other daemons; an address nothing listens on). From below the ephemeral
+    range as :func:`listen_ports` chooses, or the kernel's choice where that range leaves none."""
+    port = listen_ports(1)[0]
+    if port:
+        return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        chosen: int = s.getsockname()[1]
+        return chosen
+
+
 _READY = re.compile(r"broker service: pulsar://([^:/\s]+):(\d+)")
 _WEB = re.compile(r"web service:\s+http://([^:/\s]+):(\d+)")
 

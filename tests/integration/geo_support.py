@@ -3,7 +3,6 @@ namespace, and reading a topic until what is expected (and nothing more) has com
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -13,14 +12,6 @@ import pulsar
 
 from tests.broker_process import BrokerProcess, quiet_logger
 from tests.integration.admin_support import ok
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (for a broker's TLS ports, which have no ``0`` option)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -30,9 +30,8 @@ import pulsar
 import pytest
 from passlib.hash import apr_md5_crypt, des_crypt
 
-from tests.broker_process import BrokerProcess, quiet_logger
+from tests.broker_process import BrokerProcess, free_port, quiet_logger
 from tests.certs import Certs, make_certs, make_client_cert
-from tests.integration.test_security_broker import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,10 @@ import pulsar
 import pytest
 
 from keyshared.protocol import commands, pb
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, free_port
 from tests.certs import make_certs
 from tests.integration.conftest import make_client
 from tests.integration.test_disk_full import metric, wait_for
-from tests.integration.test_security_broker import free_port
 from tests.raw_client import ConnectionClosed, RawClient
 
 T = pb.BaseCommand

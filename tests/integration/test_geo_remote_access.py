@@ -7,7 +7,6 @@ test, a remote in a process of its own. About 25 s on ``-n 0``.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -20,7 +19,7 @@ import pulsar
 import pytest
 
 from keyshared.tokens import create_token
-from tests.broker_process import BrokerProcess, quiet_logger
+from tests.broker_process import BrokerProcess, free_port, quiet_logger
 from tests.integration.admin_support import ok
 from tests.integration.geo_support import client as _client
 from tests.integration.geo_support import drain
@@ -152,7 +151,7 @@ def test_replicator_asks_for_the_clusters_listener(
     # port it serves. A cluster registered with listenerName "external" gets everything, the
     # same one without it is redirected to the dead port and gets nothing.
     a = local
-    port, dead = _free_port(), _free_port()
+    port, dead = free_port(), free_port()
     c = BrokerProcess(
         conf={
             "clusterName": "cl",
@@ -214,10 +213,3 @@ def test_replicator_asks_for_the_clusters_listener(
         assert rep["connected"] is False and rep["replicationBacklog"] == 10
     finally:
         c.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

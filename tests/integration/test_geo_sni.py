@@ -18,10 +18,10 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, free_port
 from tests.certs import make_certs
 from tests.integration.admin_support import ok, tpath
-from tests.integration.geo_support import client, drain, free_port, wait_for
+from tests.integration.geo_support import client, drain, wait_for
 from tests.sni_proxy import SniProxy
 
 pytestmark = pytest.mark.integration

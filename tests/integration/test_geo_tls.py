@@ -17,10 +17,10 @@ from typing import Any
 import pulsar
 import pytest
 
-from tests.broker_process import BrokerProcess, quiet_logger
+from tests.broker_process import BrokerProcess, free_port, quiet_logger
 from tests.certs import make_certs
 from tests.integration.admin_support import ok, tpath
-from tests.integration.geo_support import free_port, wait_for
+from tests.integration.geo_support import wait_for
 
 pytestmark = pytest.mark.integration
 

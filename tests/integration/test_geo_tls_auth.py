@@ -13,7 +13,6 @@ certificate was presented. About 10 s on ``-n 0``.
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -26,7 +25,7 @@ import pulsar
 import pytest
 
 from keyshared.tokens import create_token
-from tests.broker_process import BrokerProcess, quiet_logger
+from tests.broker_process import BrokerProcess, free_port, quiet_logger
 from tests.certs import make_certs, make_client_cert
 from tests.integration.admin_support import ok, tpath
 from tests.integration.geo_support import drain
@@ -39,13 +38,6 @@ PROVIDERS = (
     "org.apache.pulsar.broker.authentication.AuthenticationProviderTls,"
     "org.apache.pulsar.broker.authentication.AuthenticationProviderToken"
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _wait(cond: Callable[[], bool], timeout: float = 30.0, why: Callable[[], Any] = str) -> None:
@@ -103,7 +95,7 @@ def test_replicator_authenticates_with_a_client_certificate(tmp_path: Path) -> N
     admin = create_token("admin", secret_key=SECRET)
     repl_cert, repl_key = make_client_cert(certs, "repl")
     broker_cert, broker_key = make_client_cert(certs, "broker-role")
-    tls_port, web_tls_port = _free_port(), _free_port()
+    tls_port, web_tls_port = free_port(), free_port()
     remote = BrokerProcess(
         conf={
             "clusterName": "ct",
@@ -130,7 +122,7 @@ def test_replicator_authenticates_with_a_client_certificate(tmp_path: Path) -> N
             ),
         }
     )
-    dead = f"127.0.0.1:{_free_port()}"
+    dead = f"127.0.0.1:{free_port()}"
     try:
         for b in (remote, local):
             b.start()

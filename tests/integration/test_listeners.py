@@ -16,8 +16,7 @@ import pulsar
 import pytest
 
 from keyshared.protocol import commands, pb
-from tests.broker_process import BrokerProcess, quiet_logger
-from tests.integration.test_security_broker import free_port
+from tests.broker_process import BrokerProcess, free_port, quiet_logger
 from tests.raw_client import RawClient
 
 pytestmark = pytest.mark.integration

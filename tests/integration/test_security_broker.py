@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from keyshared.admin.http_auth import UNAUTHENTICATED_REASON, UNAUTHORIZED_REASON
 from keyshared.broker.errors import ServerError
 from keyshared.protocol import Frame, commands, pb
-from tests.broker_process import BrokerProcess, quiet_logger, running_broker
+from tests.broker_process import BrokerProcess, free_port, quiet_logger, running_broker
 from tests.certs import Certs, make_certs
 from tests.raw_client import RawClient
 
@@ -80,14 +80,6 @@ def expired(role: str) -> str:
 
 
 # --- certificates -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    """A port free right now (the TLS ports must be named: 0 there means "no TLS port")."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 # --- the broker and its clients -----------------------------------------------------------------

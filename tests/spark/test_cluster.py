@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,19 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.broker_process import BrokerProcess
+from tests.broker_process import BrokerProcess, free_port
 from tests.spark.conftest import admin_path, jvm_env, produce
 from tests.spark.stream_job import start_copy
 from tests.spark.test_stream import check_exact_copy, read_topic
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -62,7 +54,7 @@ class Cluster:
                 PYSPARK_DRIVER_PYTHON=sys.executable,
             )
         )
-        self.port, self.ui = _free_port(), _free_port()
+        self.port, self.ui = free_port(), free_port()
         self.url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -89,7 +81,7 @@ class Cluster:
         worker, wlog = self._daemon(
             "worker",
             ["org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--cores", "2",
-             "--memory", "2g", "--webui-port", str(_free_port()),
+             "--memory", "2g", "--webui-port", str(free_port()),
              "--work-dir", str(self.root / "work"), self.url],
         )  # fmt: skip
         _wait_for(wlog, "Successfully registered with master", worker, 90)
